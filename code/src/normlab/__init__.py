@@ -1,0 +1,38 @@
+"""normlab: where the LayerNorm goes in a Transformer block, as code the book imports and shows.
+
+`Block` and `TransformerLM` take the norm placement as data (`VARIANTS`); the rest is the data,
+training loop, probes and plots the chapters measure with.
+"""
+
+from .data import STDLIB_FILES, VOCAB_SIZE, Corpus, load_corpus
+from .jacobian import layernorm_jacobian, rmsnorm_jacobian
+from .model import (
+    ACTIVATIONS,
+    INIT_SCHEMES,
+    NORM_KINDS,
+    VARIANTS,
+    MLP,
+    Attention,
+    Block,
+    DeepNormCoefficients,
+    Placement,
+    RMSNorm,
+    TransformerLM,
+    deepnorm_coefficients,
+    init_block_,
+    placement,
+)
+from .probes import attention_stats, grad_norms, model_update, residual_norms
+from .scale import SCALES, PerScale, describe_environment, get_device, get_scale
+from .train import OUTCOMES, SCHEDULES, TrainConfig, TrainResult, classify_outcome, lr_multiplier, run, train
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ACTIVATIONS", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "SCALES", "SCHEDULES", "STDLIB_FILES",
+    "VARIANTS", "VOCAB_SIZE", "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients",
+    "PerScale", "Placement", "RMSNorm", "TrainConfig", "TrainResult", "TransformerLM",
+    "attention_stats", "classify_outcome", "deepnorm_coefficients", "describe_environment",
+    "get_device", "get_scale", "grad_norms", "init_block_", "layernorm_jacobian", "load_corpus",
+    "lr_multiplier", "model_update", "placement", "residual_norms", "rmsnorm_jacobian", "run", "train",
+]  # fmt: skip

@@ -1,0 +1,425 @@
+"""The Transformer block whose norm placement is data, and the decoder-only LM built from it.
+
+Every variant the book compares (post, pre, sandwich, DeepNorm, NormFormer, each with or
+without QK-norm) is the same `Block`; an unused norm slot is `nn.Identity()`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple, Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "VARIANTS",
+    "NORM_KINDS",
+    "INIT_SCHEMES",
+    "ACTIVATIONS",
+    "Placement",
+    "placement",
+    "DeepNormCoefficients",
+    "deepnorm_coefficients",
+    "RMSNorm",
+    "Attention",
+    "MLP",
+    "Block",
+    "TransformerLM",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Where the norms go: one frozen dataclass, one row per variant.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which norm slots of a block are filled. Two variants differ in the fields that differ.
+
+    Per sub-layer F (attention, then FFN) the block computes
+    ``x <- trunk_norm(alpha * x + out_norm(F(in_norm(x))))``; a False field is an identity.
+    """
+
+    in_norm: bool = False  # pre-LN: the sub-layer reads LN(x)
+    attn_out_norm: bool = False  # sandwich / NormFormer: LN on the attention output, before the add
+    ffn_out_norm: bool = False  # sandwich: LN on the FFN output, before the add
+    trunk_norm: bool = False  # post-LN: LN(x + F(x)) on the trunk itself
+    shortcut_scale: bool = False  # DeepNorm: alpha multiplies the shortcut x, not the branch
+    head_scale: bool = False  # NormFormer: a learned scale per head, before W_o
+    ffn_mid_norm: bool = False  # NormFormer: LN after the FFN activation (width d_ff)
+
+    @property
+    def final_norm(self) -> bool:
+        """A stack needs a final norm before the LM head exactly when its trunk is never normed."""
+        return not self.trunk_norm
+
+
+VARIANTS: dict[str, Placement] = {
+    "post": Placement(trunk_norm=True),  # Vaswani et al. 2017 (1706.03762)
+    "pre": Placement(in_norm=True),  # GPT-2; Xiong et al. 2020 (2002.04745)
+    "sandwich": Placement(in_norm=True, attn_out_norm=True, ffn_out_norm=True),  # CogView 2105.13290
+    "deepnorm": Placement(trunk_norm=True, shortcut_scale=True),  # DeepNet 2203.00555
+    "normformer": Placement(in_norm=True, attn_out_norm=True, head_scale=True, ffn_mid_norm=True),  # 2110.09456
+}
+NORM_KINDS = ("layer", "rms")
+INIT_SCHEMES = ("gpt2", "xavier", "torch")
+ACTIVATIONS = ("gelu", "relu")
+
+
+def placement(norm: Union[str, Placement]) -> Placement:
+    """The `Placement` for a variant name (or pass one through), with an error that lists the names."""
+    if isinstance(norm, Placement):
+        return norm
+    if norm not in VARIANTS:
+        raise ValueError(f"unknown norm placement {norm!r}; valid choices: {', '.join(VARIANTS)}")
+    return VARIANTS[norm]
+
+
+def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; valid choices: {', '.join(choices)}")
+    return value
+
+
+def _positive(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# DeepNorm's constants.
+# --------------------------------------------------------------------------------------------
+
+
+class DeepNormCoefficients(NamedTuple):
+    alpha: float  # multiplies the shortcut: x <- LN(alpha * x + G(x))
+    beta: float  # Xavier-normal gain on W_v, W_o, fc1, fc2 (W_q, W_k keep gain 1)
+
+
+def deepnorm_coefficients(
+    encoder_layers: int = 0, decoder_layers: int = 0
+) -> tuple[Optional[DeepNormCoefficients], Optional[DeepNormCoefficients]]:
+    """DeepNorm's (alpha, beta) for the encoder and the decoder, from Wang et al. 2022 (2203.00555).
+
+    Pass ``encoder_layers=N`` alone for an encoder-only stack, ``decoder_layers=M`` alone for a
+    decoder-only stack, both for an encoder-decoder; the absent part comes back as None.
+    N and M count blocks, not sub-layers.
+
+    ====================  ===================  ====================
+    architecture          alpha                beta
+    ====================  ===================  ====================
+    encoder-only (N)      (2N)^(1/4)           (8N)^(-1/4)
+    decoder-only (M)      (2M)^(1/4)           (8M)^(-1/4)
+    enc-dec, encoder      0.81 (N^4 M)^(1/16)  0.87 (N^4 M)^(-1/16)
+    enc-dec, decoder      (3M)^(1/4)           (12M)^(-1/4)
+    ====================  ===================  ====================
+
+    (torchscale uses 1.15 for the encoder-decoder encoder beta; the paper's 0.87 is used here.)
+    """
+    if encoder_layers < 0 or decoder_layers < 0 or encoder_layers + decoder_layers == 0:
+        raise ValueError(
+            f"need encoder_layers >= 0 and decoder_layers >= 0, not both 0; "
+            f"got {encoder_layers}, {decoder_layers}"
+        )
+    n, m = encoder_layers, decoder_layers
+    if m == 0:
+        return DeepNormCoefficients((2 * n) ** 0.25, (8 * n) ** -0.25), None
+    if n == 0:
+        return None, DeepNormCoefficients((2 * m) ** 0.25, (8 * m) ** -0.25)
+    encoder = DeepNormCoefficients(0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16))
+    decoder = DeepNormCoefficients((3 * m) ** 0.25, (12 * m) ** -0.25)
+    return encoder, decoder
+
+
+# --------------------------------------------------------------------------------------------
+# Modules.
+# --------------------------------------------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * gamma (Zhang & Sennrich 2019, 1910.07467); here so torch 2.2 works too."""
+
+    def __init__(self, d: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(kind: str, d: int, eps: float, bias: bool) -> nn.Module:
+    if kind == "layer":
+        return nn.LayerNorm(d, eps=eps, bias=bias)
+    return RMSNorm(d, eps=eps)
+
+
+class HeadScale(nn.Module):
+    """NormFormer's per-head gain, applied to each head's output BEFORE W_o (not after, as fairseq)."""
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n_heads))
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:  # y: [B, H, T, d_head]
+        return y * self.weight.view(1, -1, 1, 1)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention through `F.scaled_dot_product_attention`.
+
+    QK-norm normalises q and k per head over d_head (as Qwen3 and Gemma 3 do; OLMo 2 normalises
+    the full projection instead). Setting ``record_logits = True`` takes an explicit path that
+    stores the logits' statistics in ``logit_stats`` for probes; it is slower and never the default.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        qk_norm: bool = False,
+        head_scale: bool = False,
+        norm_kind: str = "layer",
+        eps: float = 1e-5,
+        bias: bool = True,
+        dropout: float = 0.0,
+        causal: bool = True,
+    ) -> None:
+        super().__init__()
+        self.n_heads, self.d_head, self.causal, self.dropout = n_heads, d_model // n_heads, causal, dropout
+        self.q = nn.Linear(d_model, d_model, bias=bias)
+        self.k = nn.Linear(d_model, d_model, bias=bias)
+        self.v = nn.Linear(d_model, d_model, bias=bias)
+        self.o = nn.Linear(d_model, d_model, bias=bias)
+        self.q_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
+        self.k_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
+        self.head_scale = HeadScale(n_heads) if head_scale else nn.Identity()
+        self.record_logits = False
+        self.logit_stats: dict[str, torch.Tensor] = {}
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        b, n, _ = t.shape
+        return t.view(b, n, self.n_heads, self.d_head).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q = self.q_norm(self._heads(self.q(x)))
+        k = self.k_norm(self._heads(self.k(x)))
+        v = self._heads(self.v(x))
+        if self.record_logits:
+            y = self._attend_and_record(q, k, v)
+        else:
+            p = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+        y = self.head_scale(y).transpose(1, 2).reshape(b, n, d)
+        return self.o(y)
+
+    def _attend_and_record(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)
+        if self.causal:
+            n = q.shape[-2]
+            mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+            logits = logits.masked_fill(~mask, float("-inf"))
+        attn = logits.softmax(-1)
+        finite = torch.isfinite(logits)
+        entropy = -(attn * torch.where(attn > 0, attn.log(), torch.zeros_like(attn))).sum(-1)
+        self.logit_stats = {
+            "max_logit": logits[finite].abs().max().detach(),
+            "entropy": entropy.mean().detach(),
+        }
+        attn = F.dropout(attn, self.dropout, self.training)
+        return attn @ v
+
+
+class MLP(nn.Module):
+    """fc2(act(fc1 x)), with NormFormer's optional norm after the activation."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        activation: str = "gelu",
+        mid_norm: bool = False,
+        norm_kind: str = "layer",
+        eps: float = 1e-5,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.mid_norm = make_norm(norm_kind, d_ff, eps, bias) if mid_norm else nn.Identity()
+        self.drop = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.drop(self.mid_norm(self.act(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """One Transformer block; ``norm`` (a name in `VARIANTS` or a `Placement`) says where its norms go.
+
+    ``n_layers`` is the depth of the stack the block lives in: it sets DeepNorm's alpha and beta
+    (decoder-only, unless ``deepnorm_alpha``/``deepnorm_beta`` override them) and the GPT-2 init's
+    residual scale. ``init`` is one of `INIT_SCHEMES` (see `init_block_`).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        norm: Union[str, Placement] = "pre",
+        qk_norm: bool = False,
+        norm_kind: str = "layer",
+        d_ff: Optional[int] = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        activation: str = "gelu",
+        eps: float = 1e-5,
+        causal: bool = True,
+        init: str = "gpt2",
+        n_layers: int = 1,
+        deepnorm_alpha: Optional[float] = None,
+        deepnorm_beta: Optional[float] = None,
+    ) -> None:
+        super().__init__()
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        _positive(d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=n_layers)
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.placement = p = placement(norm)
+        _choice(norm_kind, NORM_KINDS, "norm_kind")
+        _choice(activation, ACTIVATIONS, "activation")
+        _choice(init, INIT_SCHEMES, "init")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+
+        _, coef = deepnorm_coefficients(decoder_layers=n_layers)
+        alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if p.shortcut_scale else 1.0
+        self.beta = (coef.beta if deepnorm_beta is None else deepnorm_beta) if p.shortcut_scale else 1.0
+        self.register_buffer("alpha", torch.tensor(float(alpha)), persistent=False)
+
+        def norm_if(used: bool, width: int = d_model) -> nn.Module:
+            return make_norm(norm_kind, width, eps, bias) if used else nn.Identity()
+
+        self.attn_in, self.attn_out, self.attn_trunk = norm_if(p.in_norm), norm_if(p.attn_out_norm), norm_if(p.trunk_norm)
+        self.ffn_in, self.ffn_out, self.ffn_trunk = norm_if(p.in_norm), norm_if(p.ffn_out_norm), norm_if(p.trunk_norm)
+        self.attn = Attention(
+            d_model, n_heads, qk_norm=qk_norm, head_scale=p.head_scale, norm_kind=norm_kind,
+            eps=eps, bias=bias, dropout=dropout, causal=causal,
+        )  # fmt: skip
+        self.mlp = MLP(
+            d_model, d_ff, activation=activation, mid_norm=p.ffn_mid_norm, norm_kind=norm_kind,
+            eps=eps, bias=bias, dropout=dropout,
+        )  # fmt: skip
+        self.drop = nn.Dropout(dropout)
+        init_block_(self, init, n_layers=n_layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.attn_trunk(self.alpha * x + self.attn_out(self.drop(self.attn(self.attn_in(x)))))
+        x = self.ffn_trunk(self.alpha * x + self.ffn_out(self.drop(self.mlp(self.ffn_in(x)))))
+        return x
+
+
+def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
+    """Initialise a block's linear layers in place; norms keep gamma = 1, beta = 0.
+
+    - ``"gpt2"`` (the training default): N(0, 0.02^2) weights, zero biases, and the two branch
+      output projections (W_o, fc2) scaled by 1/sqrt(2 n_layers), as GPT-2 and nanoGPT do. It keeps
+      the residual stream's growth at init small, which is what makes deep pre-LN stacks train.
+    - ``"xavier"``: Xavier-normal weights and zero biases, as Xiong et al. (2002.04745) assume.
+    - ``"torch"``: leave PyTorch's default `nn.Linear` init (for parity tests and curiosity).
+
+    DeepNorm's beta then multiplies the init scale of W_v, W_o, fc1 and fc2 (Wang et al. 2022),
+    replacing GPT-2's 1/sqrt(2 n_layers) factor, which does the same job.
+    """
+    if scheme == "torch":
+        return
+    a, m, beta = block.attn, block.mlp, block.beta
+    deepnorm = block.placement.shortcut_scale
+    residual = 1.0 if deepnorm else 1.0 / math.sqrt(2 * n_layers)
+    gains = {a.q: 1.0, a.k: 1.0, a.v: beta, a.o: beta, m.fc1: beta, m.fc2: beta}
+    for layer, gain in gains.items():
+        if scheme == "xavier":
+            nn.init.xavier_normal_(layer.weight, gain=gain)
+        else:
+            scale = residual if layer in (a.o, m.fc2) else 1.0
+            nn.init.normal_(layer.weight, std=0.02 * gain * scale)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
+
+
+class TransformerLM(nn.Module):
+    """A decoder-only causal LM: token + learned position embeddings, `n_layers` Blocks, final norm
+    exactly when the variant needs one (`Placement.final_norm`), untied LM head."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        *,
+        norm: Union[str, Placement] = "pre",
+        qk_norm: bool = False,
+        max_seq_len: int = 256,
+        norm_kind: str = "layer",
+        d_ff: Optional[int] = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        activation: str = "gelu",
+        eps: float = 1e-5,
+        init: str = "gpt2",
+    ) -> None:
+        super().__init__()
+        _positive(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_seq_len=max_seq_len)
+        self.placement = p = placement(norm)
+        self.max_seq_len = max_seq_len
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_seq_len, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            Block(
+                d_model, n_heads, norm=p, qk_norm=qk_norm, norm_kind=norm_kind, d_ff=d_ff,
+                dropout=dropout, bias=bias, activation=activation, eps=eps, init=init, n_layers=n_layers,
+            )  # fmt: skip
+            for _ in range(n_layers)
+        )
+        self.final_norm = make_norm(norm_kind, d_model, eps, bias) if p.final_norm else nn.Identity()
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        if init == "xavier":
+            # Token and position embeddings N(0, 1/2) each, so x_0 has unit variance per coordinate
+            # (E||x_0||^2 = d), the starting point of Xiong et al.'s Lemma 2.
+            nn.init.normal_(self.tok.weight, std=math.sqrt(0.5))
+            nn.init.normal_(self.pos.weight, std=math.sqrt(0.5))
+            nn.init.xavier_normal_(self.head.weight)
+        elif init == "gpt2":
+            for w in (self.tok.weight, self.pos.weight, self.head.weight):
+                nn.init.normal_(w, std=0.02)
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """x_0, the start of the residual stream."""
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be [batch, time], got shape {tuple(idx.shape)}")
+        t = idx.shape[1]
+        if t > self.max_seq_len:
+            raise ValueError(f"sequence length {t} exceeds max_seq_len={self.max_seq_len}")
+        return self.drop(self.tok(idx) + self.pos(torch.arange(t, device=idx.device)))
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """The final hidden state F(x; theta) that the LM head reads: [B, T, d]."""
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.final_norm(x)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.hidden(idx))

@@ -1,0 +1,151 @@
+"""One plotting style for the whole book: a fixed colour per variant (Okabe-Ito, colour-blind safe),
+seed spread as bands, diverged runs marked rather than drawn as NaN, and block diagrams drawn
+from the same `Placement` data that builds the blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+from .model import Placement, placement
+
+__all__ = ["VARIANT_COLORS", "OUTCOME_MARKERS", "use_style", "color", "label", "band", "mark_diverged", "draw_block"]
+
+# Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
+VARIANT_COLORS = {
+    "post": "#D55E00",  # vermillion
+    "pre": "#0072B2",  # blue
+    "sandwich": "#009E73",  # bluish green
+    "deepnorm": "#CC79A7",  # reddish purple
+    "normformer": "#E69F00",  # orange
+}
+_LABELS = {"post": "post-LN", "pre": "pre-LN", "sandwich": "sandwich", "deepnorm": "DeepNorm", "normformer": "NormFormer"}
+OUTCOME_MARKERS = {"trained": "o", "stalled": "s", "diverged": "x"}
+
+
+def use_style() -> None:
+    """The book's matplotlib defaults: readable sizes, light grid, no top/right spines."""
+    plt.rcParams.update(
+        {
+            "figure.figsize": (6.4, 4.0),
+            "figure.dpi": 110,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.titlesize": 11,
+            "axes.labelsize": 10,
+            "legend.fontsize": 9,
+            "legend.frameon": False,
+        }
+    )
+
+
+def color(variant: str) -> str:
+    """The variant's colour in every chapter; a ``+qk`` suffix keeps the base variant's colour."""
+    base = variant.split("+")[0]
+    if base not in VARIANT_COLORS:
+        raise ValueError(f"no colour for {variant!r}; valid choices: {', '.join(VARIANT_COLORS)}")
+    return VARIANT_COLORS[base]
+
+
+def label(variant: str, qk_norm: bool = False) -> str:
+    return _LABELS.get(variant, variant) + (" + QK-norm" if qk_norm else "")
+
+
+def band(
+    ax: Axes,
+    x: Sequence[float],
+    ys: Union[np.ndarray, Sequence[Sequence[float]]],
+    variant: str,
+    *,
+    qk_norm: bool = False,
+    text: Optional[str] = None,
+    quantiles: tuple[float, float] = (0.1, 0.9),
+    **kwargs,
+) -> None:
+    """Median over seeds (rows of ``ys``) as a line, the ``quantiles`` range as a shaded band."""
+    ys = np.asarray(ys, dtype=float)
+    ys = ys[None, :] if ys.ndim == 1 else ys
+    c = color(variant)
+    ls = "--" if qk_norm else "-"
+    n = ys.shape[0]
+    ax.plot(x, np.nanmedian(ys, 0), color=c, ls=ls, label=text or f"{label(variant, qk_norm)} ({n} seeds)", **kwargs)
+    if n > 1:
+        lo, hi = np.nanquantile(ys, quantiles, axis=0)
+        ax.fill_between(x, lo, hi, color=c, alpha=0.2, lw=0)
+
+
+def mark_diverged(ax: Axes, x: float, y: float, variant: str) -> None:
+    """A run that diverged ends in a cross at its last finite point, never in a NaN gap."""
+    ax.plot([x], [y], marker=OUTCOME_MARKERS["diverged"], ms=9, mew=2, color=color(variant), ls="none")
+    ax.annotate("diverged", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8, color=color(variant))
+
+
+# --------------------------------------------------------------------------------------------
+# Block diagrams, generated from a Placement.
+# --------------------------------------------------------------------------------------------
+
+_BOX = {"norm": "#F0E442", "sub": "#DDEEFF", "add": "#FFFFFF"}
+
+
+def _box(ax: Axes, y: float, text: str, kind: str, x: float = 0.5, w: float = 0.5) -> None:
+    ax.add_patch(
+        FancyBboxPatch((x - w / 2, y - 0.28), w, 0.56, boxstyle="round,pad=0.02", fc=_BOX[kind], ec="0.2", lw=1)
+    )
+    ax.text(x, y, text, ha="center", va="center", fontsize=9)
+
+
+def _arrow(ax: Axes, xy0: tuple[float, float], xy1: tuple[float, float], **kw) -> None:
+    ax.add_patch(FancyArrowPatch(xy0, xy1, arrowstyle="-|>", mutation_scale=10, lw=1.2, color="0.2", **kw))
+
+
+def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = None, norm_label: str = "LN") -> None:
+    """Draw one block (attention then FFN sub-layer) bottom to top, reading the norm slots from
+    the variant's `Placement`, so the picture cannot disagree with the code."""
+    p = placement(norm)
+    name = norm if isinstance(norm, str) else "custom"
+    y, x_trunk, x_branch = 0.0, 0.12, 0.6
+    ax.text(x_trunk, y - 0.5, "x", ha="center", va="center", fontsize=11, style="italic")
+    for sub, out_norm in (("Attention", p.attn_out_norm), ("FFN", p.ffn_out_norm)):
+        # The branch: [norm] -> sub-layer (+ NormFormer's inner additions) -> [norm]
+        items = []
+        if p.in_norm:
+            items.append((norm_label, "norm"))
+        inner = sub
+        if sub == "Attention" and p.head_scale:
+            inner += "\n+ head scale"
+        if sub == "FFN" and p.ffn_mid_norm:
+            inner += f"\n+ {norm_label} after act"
+        items.append((inner, "sub"))
+        if out_norm:
+            items.append((norm_label, "norm"))
+        branch_start = y
+        _arrow(ax, (x_trunk, y - 0.3), (x_trunk, y + 0.35 + 0.8 * len(items)))
+        _arrow(ax, (x_trunk, y + 0.1), (x_branch - 0.25, y + 0.6))
+        for i, (text, kind) in enumerate(items):
+            yy = y + 0.6 + 0.8 * i
+            _box(ax, yy, text, kind, x=x_branch, w=0.5)
+            if i:
+                _arrow(ax, (x_branch, yy - 0.52), (x_branch, yy - 0.28))
+        y = branch_start + 0.6 + 0.8 * len(items)
+        add = "+" if not p.shortcut_scale else "α·x +"
+        _box(ax, y, add, "add", x=x_trunk, w=0.2 if not p.shortcut_scale else 0.26)
+        _arrow(ax, (x_branch, y - 0.2 - 0.1), (x_trunk + 0.13, y))
+        if p.trunk_norm:
+            y += 0.8
+            _arrow(ax, (x_trunk, y - 0.52), (x_trunk, y - 0.28))
+            _box(ax, y, norm_label, "norm", x=x_trunk, w=0.22)
+        y += 0.7
+    _arrow(ax, (x_trunk, y - 0.42), (x_trunk, y - 0.05))
+    ax.text(x_trunk, y + 0.15, "y", ha="center", va="center", fontsize=11, style="italic")
+    ax.set_xlim(-0.1, 0.95)
+    ax.set_ylim(-0.9, y + 0.5)
+    ax.set_aspect("auto")
+    ax.axis("off")
+    ax.set_title(title or label(name), color=VARIANT_COLORS.get(name, "0.1"), fontsize=11)

@@ -1,0 +1,78 @@
+"""Measurements on a model at a moment: gradients per layer, residual-stream norms, attention-logit
+statistics, and how far a trained model's output has moved from its initial one.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from torch import nn
+
+from .model import Attention, TransformerLM
+
+__all__ = ["grad_norms", "residual_norms", "record_attention_logits", "attention_stats", "model_update"]
+
+
+def grad_norms(model: TransformerLM, x: torch.Tensor, y: torch.Tensor, param: str = "mlp.fc2.weight") -> torch.Tensor:
+    """||dLoss/dW||_F for the parameter ``param`` of every block, input side first: shape [L].
+
+    The default is the FFN's second matrix, W^2 in Xiong et al. (2002.04745), whose last-layer
+    gradient their Theorem 1 bounds.
+    """
+    names = dict(model.blocks[0].named_parameters())
+    if param not in names:
+        raise ValueError(f"unknown block parameter {param!r}; valid choices: {', '.join(names)}")
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    out = torch.stack([dict(b.named_parameters())[param].grad.norm() for b in model.blocks]).detach()
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+@torch.no_grad()
+def residual_norms(model: TransformerLM, idx: torch.Tensor) -> torch.Tensor:
+    """E||x_l||^2 / d for the residual stream x_0 (the embeddings) .. x_L (the last block's
+    output, before any final norm), averaged over batch and positions: shape [L + 1]."""
+    seen: list[torch.Tensor] = []
+
+    def record(t: torch.Tensor) -> None:
+        seen.append(t.pow(2).mean())  # mean over coordinates = ||x||^2 / d, then over tokens
+
+    hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: record(args[0]))]
+    hooks += [b.register_forward_hook(lambda m, args, out: record(out)) for b in model.blocks]
+    try:
+        model(idx)
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.stack(seen)
+
+
+def record_attention_logits(model: nn.Module, on: bool) -> list[Attention]:
+    """Switch every attention module's explicit, recording path on or off; returns the modules."""
+    attns = [m for m in model.modules() if isinstance(m, Attention)]
+    for a in attns:
+        a.record_logits = on
+    return attns
+
+
+@torch.no_grad()
+def attention_stats(model: TransformerLM, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per layer: the largest |attention logit| and the mean attention entropy (nats): shapes [L]."""
+    attns = record_attention_logits(model, True)
+    try:
+        model(idx)
+    finally:
+        record_attention_logits(model, False)
+    return {
+        "max_logit": torch.stack([a.logit_stats["max_logit"] for a in attns]),
+        "entropy": torch.stack([a.logit_stats["entropy"] for a in attns]),
+    }
+
+
+@torch.no_grad()
+def model_update(model: TransformerLM, model0: TransformerLM, idx: torch.Tensor) -> float:
+    """||F(x; theta_t) - F(x; theta_0)|| / ||F(x; theta_0)|| on the final hidden state (DeepNet Fig. 4)."""
+    h, h0 = model.hidden(idx), model0.hidden(idx)
+    return float((h - h0).norm() / h0.norm())

@@ -1,0 +1,65 @@
+"""Bad input fails at once with a ValueError that says what would have been valid."""
+
+import pytest
+import torch
+
+import normlab
+from normlab import Block, TrainConfig, TransformerLM
+
+
+def test_unknown_variant_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="post, pre, sandwich, deepnorm, normformer"):
+        Block(32, 4, norm="peri")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"norm_kind": "batch"}, "layer, rms"),
+        ({"activation": "swish"}, "gelu, relu"),
+        ({"init": "kaiming"}, "gpt2, xavier, torch"),
+        ({"dropout": 1.5}, "dropout"),
+    ],
+)
+def test_unknown_options_list_the_valid_ones(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Block(32, 4, **kwargs)
+
+
+def test_width_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=4"):
+        Block(30, 4)
+
+
+@pytest.mark.parametrize("sizes", [(0, 32, 4, 2), (256, -8, 4, 2), (256, 32, 0, 2), (256, 32, 4, 0)])
+def test_non_positive_sizes(sizes):
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        TransformerLM(*sizes)
+
+
+def test_sequence_longer_than_max_seq_len():
+    model = TransformerLM(256, 32, 4, 1, max_seq_len=8)
+    with pytest.raises(ValueError, match="exceeds max_seq_len=8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_unknown_scale_name(monkeypatch):
+    monkeypatch.setenv("NORMLAB_SCALE", "huge")
+    with pytest.raises(ValueError, match="ci, cpu, gpu"):
+        normlab.get_scale()
+
+
+def test_unknown_schedule_and_bad_train_sizes():
+    with pytest.raises(ValueError, match="constant, cosine, inverse-sqrt, wsd"):
+        TrainConfig(schedule="step")
+    with pytest.raises(ValueError, match="steps must be positive"):
+        TrainConfig(steps=0)
+
+
+def test_unknown_probe_parameter_and_split():
+    model = TransformerLM(256, 32, 4, 1)
+    x = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="mlp.fc2.weight"):
+        normlab.grad_norms(model, x, x, param="mlp.W2")
+    with pytest.raises(ValueError, match="train, val"):
+        normlab.load_corpus().batch("test", 2, 8, torch.Generator())

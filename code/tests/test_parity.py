@@ -1,0 +1,109 @@
+"""normlab's post-LN and pre-LN blocks are PyTorch's own TransformerEncoderLayer, weight for weight."""
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from normlab import Block
+
+D, H, FF = 32, 4, 64
+
+
+@pytest.fixture(autouse=True)
+def _no_fastpath():
+    # The fused "fastpath" kernel skips the Python code path we compare against.
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(True)
+
+
+def _randomise_norms(layer: nn.Module) -> None:
+    # gamma = 1, beta = 0 would let a block that swaps norm1 and norm2 pass.
+    for m in layer.modules():
+        if isinstance(m, nn.LayerNorm):
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5)
+                if m.bias is not None:
+                    m.bias.uniform_(-0.5, 0.5)
+
+
+def _copy_reference(ref: nn.TransformerEncoderLayer, block: Block, norm_first: bool) -> None:
+    a, m = block.attn, block.mlp
+    q, k, v = ref.self_attn.in_proj_weight.chunk(3)
+    pairs = [(a.q.weight, q), (a.k.weight, k), (a.v.weight, v), (a.o.weight, ref.self_attn.out_proj.weight)]
+    pairs += [(m.fc1.weight, ref.linear1.weight), (m.fc2.weight, ref.linear2.weight)]
+    first, second = (block.attn_in, block.ffn_in) if norm_first else (block.attn_trunk, block.ffn_trunk)
+    pairs += [(first.weight, ref.norm1.weight), (second.weight, ref.norm2.weight)]
+    if ref.linear1.bias is not None:
+        qb, kb, vb = ref.self_attn.in_proj_bias.chunk(3)
+        pairs += [(a.q.bias, qb), (a.k.bias, kb), (a.v.bias, vb), (a.o.bias, ref.self_attn.out_proj.bias)]
+        pairs += [(m.fc1.bias, ref.linear1.bias), (m.fc2.bias, ref.linear2.bias)]
+        pairs += [(first.bias, ref.norm1.bias), (second.bias, ref.norm2.bias)]
+    with torch.no_grad():
+        for mine, theirs in pairs:
+            mine.copy_(theirs)
+
+
+CASES = list(itertools.product([False, True], ["relu", "gelu"], [True, False], [1e-5, 1e-6], [False, True]))
+
+
+@pytest.mark.parametrize("norm_first,activation,bias,eps,causal", CASES)
+def test_block_equals_torch_encoder_layer(norm_first, activation, bias, eps, causal):
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(
+        D, H, FF, dropout=0.0, activation=activation, layer_norm_eps=eps,
+        batch_first=True, norm_first=norm_first, bias=bias,
+    )  # fmt: skip
+    _randomise_norms(ref)
+    block = Block(
+        D, H, norm="pre" if norm_first else "post", d_ff=FF, activation=activation,
+        bias=bias, eps=eps, causal=causal, init="torch",
+    )  # fmt: skip
+    _copy_reference(ref, block, norm_first)
+    x = torch.randn(3, 10, D)
+    x_ref, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
+    mask = nn.Transformer.generate_square_subsequent_mask(10) if causal else None
+    y_ref = ref(x_ref, src_mask=mask, is_causal=causal)
+    y_ours = block(x_ours)
+    torch.testing.assert_close(y_ours, y_ref, rtol=0, atol=0)  # bit for bit, on the CPU
+    g = torch.randn_like(y_ref)
+    y_ref.backward(g)
+    y_ours.backward(g)
+    torch.testing.assert_close(x_ours.grad, x_ref.grad, rtol=0, atol=1e-5)
+    torch.testing.assert_close(block.mlp.fc1.weight.grad, ref.linear1.weight.grad, rtol=0, atol=1e-5)
+    torch.testing.assert_close(block.attn.q.weight.grad, ref.self_attn.in_proj_weight.grad[:D], rtol=0, atol=1e-5)
+
+
+def test_swapped_norms_would_be_caught():
+    """The randomised norms make the comparison sensitive to which LN is which."""
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=True)
+    _randomise_norms(ref)
+    block = Block(D, H, norm="pre", d_ff=FF, activation="relu", causal=False, init="torch")
+    _copy_reference(ref, block, norm_first=True)
+    with torch.no_grad():
+        block.attn_in.weight.copy_(ref.norm2.weight)
+        block.ffn_in.weight.copy_(ref.norm1.weight)
+    x = torch.randn(2, 6, D)
+    assert not torch.allclose(block(x), ref(x), atol=1e-3)
+
+
+def test_pre_ln_stack_with_final_norm_equals_torch_encoder():
+    torch.manual_seed(0)
+    n_layers = 4
+    layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=True)
+    ref = nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(D), enable_nested_tensor=False)
+    blocks = nn.ModuleList(Block(D, H, norm="pre", d_ff=FF, activation="relu", causal=False, init="torch") for _ in range(n_layers))
+    final = nn.LayerNorm(D)
+    for r, b in zip(ref.layers, blocks):
+        _randomise_norms(r)
+        _copy_reference(r, b, norm_first=True)
+    _randomise_norms(ref.norm)
+    final.load_state_dict(ref.norm.state_dict())
+    x = torch.randn(2, 7, D)
+    y = x
+    for b in blocks:
+        y = b(y)
+    torch.testing.assert_close(final(y), ref(x), rtol=0, atol=0)

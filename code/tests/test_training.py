@@ -1,0 +1,80 @@
+"""The training loop learns, reports a blow-up as "diverged" instead of raising, and repeats itself."""
+
+import math
+
+import pytest
+import torch
+
+import normlab
+from normlab import TrainConfig, classify_outcome, lr_multiplier, run
+
+TINY = dict(d_model=32, n_heads=4, n_layers=2)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return normlab.load_corpus()
+
+
+def test_a_tiny_run_learns_past_the_unigram_level(corpus):
+    result = run(TINY, TrainConfig(steps=150, lr=3e-3, warmup=10, eval_every=50), corpus=corpus, progress=False)
+    assert result.status == "completed"
+    assert result.losses[0] > math.log(256) - 0.3  # starts near uniform over bytes
+    assert result.final_val_loss < corpus.unigram_entropy() - 0.1
+    assert classify_outcome(result, corpus.unigram_entropy()) == "trained"
+
+
+def test_an_absurd_learning_rate_ends_as_diverged_not_as_an_exception(corpus):
+    result = run(dict(TINY, norm="post", init="torch"), TrainConfig(steps=60, lr=1e4, schedule="constant", eval_every=20), corpus=corpus, progress=False)
+    assert result.status == "diverged" and result.diverged_at is not None
+    assert all(math.isfinite(v) for v in result.losses)  # the curve stops; it never holds a NaN
+    assert math.isnan(result.final_val_loss)
+    assert classify_outcome(result, corpus.unigram_entropy()) == "diverged"
+
+
+def test_one_seed_gives_identical_losses_twice(corpus):
+    cfg = TrainConfig(steps=20, lr=1e-3, eval_every=10, seed=7, log_every=5, track_attention=True, track_model_update=True)
+    a = run(TINY, cfg, corpus=corpus, progress=False)
+    b = run(TINY, cfg, corpus=corpus, progress=False)
+    assert a.losses == b.losses and a.evals == b.evals
+    c = run(TINY, TrainConfig(steps=20, lr=1e-3, eval_every=10, seed=8), corpus=corpus, progress=False)
+    assert c.losses != a.losses
+
+
+def test_probes_are_recorded_at_log_steps(corpus):
+    cfg = TrainConfig(steps=20, log_every=10, eval_every=10, track_attention=True, track_model_update=True)
+    result = run(TINY, cfg, corpus=corpus, progress=False)
+    assert [r["step"] for r in result.logs] == [1, 10, 20]
+    first = result.logs[0]
+    assert len(first["grad_norms"]) == 2 and first["update_size"] > 0 and first["max_logit"] > 0
+    assert first["model_update"] > 0
+
+
+def test_schedules_start_small_peak_at_one_and_decay():
+    kw = dict(warmup=10, total=100, min_ratio=0.1)
+    for name in normlab.SCHEDULES:
+        assert lr_multiplier(name, 1, **kw) == pytest.approx(0.1)
+        assert lr_multiplier(name, 10, **kw) == pytest.approx(1.0)
+    assert lr_multiplier("constant", 100, **kw) == 1.0
+    assert lr_multiplier("cosine", 100, **kw) == pytest.approx(0.1)
+    assert lr_multiplier("wsd", 80, **kw) == 1.0 and lr_multiplier("wsd", 100, **kw) == pytest.approx(0.1)
+    # Vaswani et al.: d^-0.5 min(s^-0.5, s w^-1.5), normalised to peak 1 at s = w.
+    assert lr_multiplier("inverse-sqrt", 40, **kw) == pytest.approx(math.sqrt(10 / 40))
+
+
+def test_corpus_is_offline_fixed_and_splits_every_file(corpus):
+    assert len(corpus.files) >= len(normlab.STDLIB_FILES) // 2
+    assert 0.85 < len(corpus.train) / (len(corpus.train) + len(corpus.val)) < 0.95
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    x1, y1 = corpus.batch("train", 4, 16, g1)
+    x2, _ = corpus.batch("train", 4, 16, g2)
+    assert torch.equal(x1, x2) and torch.equal(x1[:, 1:], y1[:, :-1])
+    assert 2.5 < corpus.unigram_entropy() < math.log(256)
+
+
+def test_per_scale_values(monkeypatch):
+    sizes = normlab.PerScale(ci=2, cpu=6, gpu=24)
+    monkeypatch.setenv("NORMLAB_SCALE", "ci")
+    assert sizes.get() == 2 and sizes.get("gpu") == 24
+    monkeypatch.delenv("NORMLAB_SCALE")
+    assert normlab.get_scale() == ("gpu" if torch.cuda.is_available() else "cpu")

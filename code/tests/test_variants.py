@@ -1,0 +1,206 @@
+"""Each variant is what its paper says, and differs from its neighbours only where it should."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import normlab
+from normlab import VARIANTS, Block, TransformerLM, deepnorm_coefficients
+
+D, H = 32, 4
+
+
+def _same_weights(src: nn.Module, dst: nn.Module) -> None:
+    """Copy every parameter ``dst`` shares by name with ``src`` (extra slots keep their init)."""
+    dst.load_state_dict(src.state_dict(), strict=False)
+
+
+def _randomise_affine(module: nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, (nn.LayerNorm, normlab.RMSNorm)):
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.uniform_(-0.5, 0.5)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_every_variant_runs_forward_and_backward(variant, qk_norm):
+    torch.manual_seed(0)
+    model = TransformerLM(256, 64, 4, 6, norm=variant, qk_norm=qk_norm)
+    idx = torch.randint(0, 256, (2, 16))
+    logits = model(idx)
+    assert logits.shape == (2, 16, 256)
+    logits.logsumexp(-1).mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_final_norm_exactly_when_the_trunk_is_never_normed():
+    for v in VARIANTS:
+        has_final = not isinstance(TransformerLM(256, 32, 4, 2, norm=v).final_norm, nn.Identity)
+        assert has_final == (v in {"pre", "sandwich", "normformer"}), v
+
+
+def test_variants_differ_in_their_telltale_fields_only():
+    assert dataclasses.replace(VARIANTS["post"], shortcut_scale=True) == VARIANTS["deepnorm"]
+    assert dataclasses.replace(VARIANTS["pre"], attn_out_norm=True, ffn_out_norm=True) == VARIANTS["sandwich"]
+
+
+def test_deepnorm_with_alpha_and_beta_one_is_post_ln():
+    torch.manual_seed(0)
+    post = Block(D, H, norm="post", init="xavier")
+    torch.manual_seed(0)
+    deep = Block(D, H, norm="deepnorm", init="xavier", deepnorm_alpha=1.0, deepnorm_beta=1.0)
+    for (n1, p1), (n2, p2) in zip(post.named_parameters(), deep.named_parameters()):
+        assert n1 == n2 and torch.equal(p1, p2), n1  # same init, draw for draw
+    _randomise_affine(post)
+    _same_weights(post, deep)
+    x = torch.randn(2, 8, D)
+    torch.testing.assert_close(deep(x), post(x), rtol=0, atol=0)
+
+
+def test_deepnorm_scales_the_shortcut_not_the_branch():
+    """x <- LN(alpha * x + G(x)); an implementation computing LN(x + alpha * G(x)) fails here."""
+    torch.manual_seed(0)
+    block = Block(D, H, norm="deepnorm", n_layers=6)
+    _randomise_affine(block)
+    alpha = deepnorm_coefficients(decoder_layers=6)[1].alpha
+    x = torch.randn(2, 8, D)
+    h = block.attn_trunk(alpha * x + block.attn(x))
+    expected = block.ffn_trunk(alpha * h + block.mlp(h))
+    torch.testing.assert_close(block(x), expected, rtol=0, atol=1e-6)
+    h_wrong = block.attn_trunk(x + alpha * block.attn(x))
+    wrong = block.ffn_trunk(h_wrong + alpha * block.mlp(h_wrong))
+    assert (block(x) - wrong).abs().max() > 1e-2
+
+
+def test_deepnorm_init_gains_follow_the_paper():
+    """Xavier-normal with gain beta on W_v, W_o, fc1, fc2 and gain 1 on W_q, W_k."""
+    torch.manual_seed(0)
+    d = 256
+    beta = deepnorm_coefficients(decoder_layers=12)[1].beta
+    block = Block(d, 8, norm="deepnorm", init="xavier", n_layers=12)
+    xavier_std = math.sqrt(2.0 / (d + d))
+    for name, gain in [("q", 1.0), ("k", 1.0), ("v", beta), ("o", beta)]:
+        std = float(getattr(block.attn, name).weight.detach().std())
+        assert std == pytest.approx(gain * xavier_std, rel=0.05), name
+    fc1_std = math.sqrt(2.0 / (d + 4 * d))
+    assert float(block.mlp.fc1.weight.detach().std()) == pytest.approx(beta * fc1_std, rel=0.05)
+    assert float(block.mlp.fc2.weight.detach().std()) == pytest.approx(beta * fc1_std, rel=0.05)
+
+
+def test_deepnorm_coefficients_match_the_paper_table():
+    enc, dec = deepnorm_coefficients(encoder_layers=6)
+    assert dec is None and enc.alpha == pytest.approx(1.8612, abs=1e-4) and enc.beta == pytest.approx(0.3799, abs=1e-4)
+    enc, dec = deepnorm_coefficients(decoder_layers=6)
+    assert enc is None and dec == pytest.approx((12**0.25, 48**-0.25))
+    enc, dec = deepnorm_coefficients(encoder_layers=6, decoder_layers=6)
+    assert enc.alpha == pytest.approx(1.4179, abs=1e-4) and enc.beta == pytest.approx(0.4970, abs=1e-4)
+    assert dec.alpha == pytest.approx(2.0598, abs=1e-4) and dec.beta == pytest.approx(0.3433, abs=1e-4)
+    # GLM-130B's DeepNorm (2210.02414) is alpha = (2N)^(1/2): not the DeepNet table, so not here.
+    with pytest.raises(ValueError):
+        deepnorm_coefficients()
+
+
+def test_sandwich_without_its_output_norms_is_pre_ln():
+    torch.manual_seed(0)
+    sandwich = Block(D, H, norm="sandwich")
+    _randomise_affine(sandwich)
+    bare = Block(D, H, norm=dataclasses.replace(VARIANTS["sandwich"], attn_out_norm=False, ffn_out_norm=False))
+    pre = Block(D, H, norm="pre")
+    _same_weights(sandwich, bare)
+    _same_weights(sandwich, pre)
+    x = torch.randn(2, 8, D)
+    torch.testing.assert_close(bare(x), pre(x), rtol=0, atol=0)
+    assert (sandwich(x) - pre(x)).abs().max() > 1e-2  # the output norms do change the block
+
+
+def test_normformer_with_its_additions_switched_off_is_pre_ln():
+    torch.manual_seed(0)
+    nf = Block(D, H, norm="normformer")
+    _randomise_affine(nf)
+    with torch.no_grad():
+        nf.attn.head_scale.weight.uniform_(0.5, 1.5)
+    off = dataclasses.replace(VARIANTS["normformer"], attn_out_norm=False, head_scale=False, ffn_mid_norm=False)
+    assert off == VARIANTS["pre"]
+    pre = Block(D, H, norm="pre")
+    _same_weights(nf, pre)
+    x = torch.randn(2, 8, D)
+    # Undo the three additions by hand on the NormFormer block: the result must be pre-LN.
+    nf.attn_out, nf.attn.head_scale, nf.mlp.mid_norm = nn.Identity(), nn.Identity(), nn.Identity()
+    torch.testing.assert_close(nf(x), pre(x), rtol=0, atol=0)
+
+
+def test_normformer_head_scale_acts_before_the_output_projection():
+    """Scaling head h by g must equal scaling W_o's columns for head h by g (not its rows)."""
+    torch.manual_seed(0)
+    nf = Block(D, H, norm="normformer")
+    gains = torch.tensor([0.5, 2.0, 1.0, 3.0])
+    x = torch.randn(2, 8, D)
+    with torch.no_grad():
+        nf.attn.head_scale.weight.copy_(gains)
+    scaled = nf.attn(x)
+    with torch.no_grad():
+        nf.attn.head_scale.weight.fill_(1.0)
+        nf.attn.o.weight.mul_(gains.repeat_interleave(D // H)[None, :])
+    torch.testing.assert_close(nf.attn(x), scaled, rtol=1e-5, atol=1e-6)
+
+
+def test_normformer_parameter_overhead_is_2d_plus_2dff_plus_h_per_layer():
+    d, h, ff = 64, 4, 256
+    count = lambda v: sum(p.numel() for p in Block(d, h, norm=v, d_ff=ff).parameters())  # noqa: E731
+    assert count("normformer") - count("pre") == 2 * d + 2 * ff + h
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_qk_norm_makes_attention_invariant_to_the_scale_of_wq_and_wk(variant, kind):
+    torch.manual_seed(0)
+    block = Block(D, H, norm=variant, qk_norm=True, norm_kind=kind, eps=1e-8)
+    x = torch.randn(2, 8, D)
+    before = block(x)
+    with torch.no_grad():
+        for lin in (block.attn.q, block.attn.k):
+            lin.weight.mul_(3.0)
+            lin.bias.mul_(3.0) if lin.bias is not None else None
+    torch.testing.assert_close(block(x), before, rtol=1e-4, atol=1e-5)
+
+
+def test_without_qk_norm_scaling_wq_changes_the_output():
+    torch.manual_seed(0)
+    block = Block(D, H, norm="pre", qk_norm=False)
+    x = torch.randn(2, 8, D)
+    before = block(x)
+    with torch.no_grad():
+        block.attn.q.weight.mul_(30.0)
+    assert (block(x) - before).abs().max() > 1e-3
+
+
+def test_rms_variant_uses_rmsnorm_everywhere():
+    model = TransformerLM(256, 32, 4, 2, norm="sandwich", norm_kind="rms", qk_norm=True)
+    assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+
+
+def test_attention_recording_path_matches_sdpa():
+    torch.manual_seed(0)
+    model = TransformerLM(256, 32, 4, 3, norm="pre")
+    idx = torch.randint(0, 256, (2, 12))
+    fast = model(idx)
+    stats = normlab.attention_stats(model, idx)
+    assert stats["max_logit"].shape == (3,) and (stats["entropy"] > 0).all()
+    normlab.probes.record_attention_logits(model, True)
+    torch.testing.assert_close(model(idx), fast, rtol=1e-5, atol=1e-5)
+    normlab.probes.record_attention_logits(model, False)
+
+
+def test_causal_attention_ignores_the_future():
+    torch.manual_seed(0)
+    model = TransformerLM(256, 32, 4, 2)
+    idx = torch.randint(0, 256, (1, 10))
+    changed = idx.clone()
+    changed[0, 7:] = (changed[0, 7:] + 1) % 256
+    torch.testing.assert_close(model(idx)[0, :7], model(changed)[0, :7])
