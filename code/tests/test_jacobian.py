@@ -7,7 +7,6 @@ from torch.func import jacrev, vmap
 from normlab import layernorm_jacobian, rmsnorm_jacobian
 
 
-
 def _layernorm(x, weight, eps):
     return torch.nn.functional.layer_norm(x, x.shape[-1:], weight=weight, eps=eps)
 

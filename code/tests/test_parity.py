@@ -95,7 +95,9 @@ def test_pre_ln_stack_with_final_norm_equals_torch_encoder():
     n_layers = 4
     layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=True)
     ref = nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(D), enable_nested_tensor=False)
-    blocks = nn.ModuleList(Block(D, H, norm="pre", d_ff=FF, activation="relu", causal=False, init="torch") for _ in range(n_layers))
+    blocks = nn.ModuleList(
+        Block(D, H, norm="pre", d_ff=FF, activation="relu", causal=False, init="torch") for _ in range(n_layers)
+    )
     final = nn.LayerNorm(D)
     for r, b in zip(ref.layers, blocks):
         _randomise_norms(r)

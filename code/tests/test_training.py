@@ -25,7 +25,12 @@ def test_a_tiny_run_learns_past_the_unigram_level(corpus):
 
 
 def test_an_absurd_learning_rate_ends_as_diverged_not_as_an_exception(corpus):
-    result = run(dict(TINY, norm="post", init="torch"), TrainConfig(steps=60, lr=1e4, schedule="constant", eval_every=20), corpus=corpus, progress=False)
+    result = run(
+        dict(TINY, norm="post", init="torch"),
+        TrainConfig(steps=60, lr=1e4, schedule="constant", eval_every=20),
+        corpus=corpus,
+        progress=False,
+    )
     assert result.status == "diverged" and result.diverged_at is not None
     assert all(math.isfinite(v) for v in result.losses)  # the curve stops; it never holds a NaN
     assert math.isnan(result.final_val_loss)
@@ -33,7 +38,9 @@ def test_an_absurd_learning_rate_ends_as_diverged_not_as_an_exception(corpus):
 
 
 def test_one_seed_gives_identical_losses_twice(corpus):
-    cfg = TrainConfig(steps=20, lr=1e-3, eval_every=10, seed=7, log_every=5, track_attention=True, track_model_update=True)
+    cfg = TrainConfig(
+        steps=20, lr=1e-3, eval_every=10, seed=7, log_every=5, track_attention=True, track_model_update=True
+    )
     a = run(TINY, cfg, corpus=corpus, progress=False)
     b = run(TINY, cfg, corpus=corpus, progress=False)
     assert a.losses == b.losses and a.evals == b.evals

@@ -4,14 +4,15 @@
 training loop, probes and plots the chapters measure with.
 """
 
+from . import claims, plot, probes
 from .data import STDLIB_FILES, VOCAB_SIZE, Corpus, load_corpus
 from .jacobian import layernorm_jacobian, rmsnorm_jacobian
 from .model import (
     ACTIVATIONS,
     INIT_SCHEMES,
+    MLP,
     NORM_KINDS,
     VARIANTS,
-    MLP,
     Attention,
     Block,
     DeepNormCoefficients,
@@ -29,6 +30,7 @@ from .train import OUTCOMES, SCHEDULES, TrainConfig, TrainResult, classify_outco
 __version__ = "0.1.0"
 
 __all__ = [
+    "claims", "plot", "probes",
     "ACTIVATIONS", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "SCALES", "SCHEDULES", "STDLIB_FILES",
     "VARIANTS", "VOCAB_SIZE", "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients",
     "PerScale", "Placement", "RMSNorm", "TrainConfig", "TrainResult", "TransformerLM",

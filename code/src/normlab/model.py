@@ -123,8 +123,7 @@ def deepnorm_coefficients(
     """
     if encoder_layers < 0 or decoder_layers < 0 or encoder_layers + decoder_layers == 0:
         raise ValueError(
-            f"need encoder_layers >= 0 and decoder_layers >= 0, not both 0; "
-            f"got {encoder_layers}, {decoder_layers}"
+            f"need encoder_layers >= 0 and decoder_layers >= 0, not both 0; got {encoder_layers}, {decoder_layers}"
         )
     n, m = encoder_layers, decoder_layers
     if m == 0:
@@ -310,7 +309,11 @@ class Block(nn.Module):
         def norm_if(used: bool, width: int = d_model) -> nn.Module:
             return make_norm(norm_kind, width, eps, bias) if used else nn.Identity()
 
-        self.attn_in, self.attn_out, self.attn_trunk = norm_if(p.in_norm), norm_if(p.attn_out_norm), norm_if(p.trunk_norm)
+        self.attn_in, self.attn_out, self.attn_trunk = (
+            norm_if(p.in_norm),
+            norm_if(p.attn_out_norm),
+            norm_if(p.trunk_norm),
+        )
         self.ffn_in, self.ffn_out, self.ffn_trunk = norm_if(p.in_norm), norm_if(p.ffn_out_norm), norm_if(p.trunk_norm)
         self.attn = Attention(
             d_model, n_heads, qk_norm=qk_norm, head_scale=p.head_scale, norm_kind=norm_kind,
@@ -388,8 +391,18 @@ class TransformerLM(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             Block(
-                d_model, n_heads, norm=p, qk_norm=qk_norm, norm_kind=norm_kind, d_ff=d_ff,
-                dropout=dropout, bias=bias, activation=activation, eps=eps, init=init, n_layers=n_layers,
+                d_model,
+                n_heads,
+                norm=p,
+                qk_norm=qk_norm,
+                norm_kind=norm_kind,
+                d_ff=d_ff,
+                dropout=dropout,
+                bias=bias,
+                activation=activation,
+                eps=eps,
+                init=init,
+                n_layers=n_layers,
             )  # fmt: skip
             for _ in range(n_layers)
         )

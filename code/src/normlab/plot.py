@@ -24,7 +24,13 @@ VARIANT_COLORS = {
     "deepnorm": "#CC79A7",  # reddish purple
     "normformer": "#E69F00",  # orange
 }
-_LABELS = {"post": "post-LN", "pre": "pre-LN", "sandwich": "sandwich", "deepnorm": "DeepNorm", "normformer": "NormFormer"}
+_LABELS = {
+    "post": "post-LN",
+    "pre": "pre-LN",
+    "sandwich": "sandwich",
+    "deepnorm": "DeepNorm",
+    "normformer": "NormFormer",
+}
 OUTCOME_MARKERS = {"trained": "o", "stalled": "s", "diverged": "x"}
 
 
@@ -110,13 +116,12 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
     the variant's `Placement`, so the picture cannot disagree with the code."""
     p = placement(norm)
     name = norm if isinstance(norm, str) else "custom"
-    y, x_trunk, x_branch = 0.0, 0.12, 0.6
-    ax.text(x_trunk, y - 0.5, "x", ha="center", va="center", fontsize=11, style="italic")
+    x_trunk, x_branch, h = 0.12, 0.62, 0.28  # h: half a box's height
+    add_w = 0.26 if p.shortcut_scale else 0.2
+    y = -0.2
+    ax.text(x_trunk, y - 0.3, "x", ha="center", va="center", fontsize=11, style="italic")
     for sub, out_norm in (("Attention", p.attn_out_norm), ("FFN", p.ffn_out_norm)):
-        # The branch: [norm] -> sub-layer (+ NormFormer's inner additions) -> [norm]
-        items = []
-        if p.in_norm:
-            items.append((norm_label, "norm"))
+        items = [(norm_label, "norm")] if p.in_norm else []
         inner = sub
         if sub == "Attention" and p.head_scale:
             inner += "\n+ head scale"
@@ -125,27 +130,24 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
         items.append((inner, "sub"))
         if out_norm:
             items.append((norm_label, "norm"))
-        branch_start = y
-        _arrow(ax, (x_trunk, y - 0.3), (x_trunk, y + 0.35 + 0.8 * len(items)))
-        _arrow(ax, (x_trunk, y + 0.1), (x_branch - 0.25, y + 0.6))
-        for i, (text, kind) in enumerate(items):
-            yy = y + 0.6 + 0.8 * i
-            _box(ax, yy, text, kind, x=x_branch, w=0.5)
+        ys = [y + 0.8 + 0.8 * i for i in range(len(items))]
+        _arrow(ax, (x_trunk, y + 0.25), (x_branch - 0.1, ys[0] - h))  # the branch taps the trunk
+        for i, ((text, kind), yy) in enumerate(zip(items, ys)):
+            _box(ax, yy, text, kind, x=x_branch, w=0.6)
             if i:
-                _arrow(ax, (x_branch, yy - 0.52), (x_branch, yy - 0.28))
-        y = branch_start + 0.6 + 0.8 * len(items)
-        add = "+" if not p.shortcut_scale else "α·x +"
-        _box(ax, y, add, "add", x=x_trunk, w=0.2 if not p.shortcut_scale else 0.26)
-        _arrow(ax, (x_branch, y - 0.2 - 0.1), (x_trunk + 0.13, y))
+                _arrow(ax, (x_branch, ys[i - 1] + h), (x_branch, yy - h))
+        y_add = ys[-1] + 0.8
+        _arrow(ax, (x_trunk, y), (x_trunk, y_add - h))  # the shortcut
+        _arrow(ax, (x_branch, ys[-1] + h), (x_trunk + add_w / 2, y_add))  # the branch joins it
+        _box(ax, y_add, "α·x +" if p.shortcut_scale else "+", "add", x=x_trunk, w=add_w)
+        y = y_add + h
         if p.trunk_norm:
-            y += 0.8
-            _arrow(ax, (x_trunk, y - 0.52), (x_trunk, y - 0.28))
-            _box(ax, y, norm_label, "norm", x=x_trunk, w=0.22)
-        y += 0.7
-    _arrow(ax, (x_trunk, y - 0.42), (x_trunk, y - 0.05))
-    ax.text(x_trunk, y + 0.15, "y", ha="center", va="center", fontsize=11, style="italic")
+            _arrow(ax, (x_trunk, y), (x_trunk, y + 0.25))
+            _box(ax, y + 0.25 + h, norm_label, "norm", x=x_trunk, w=0.22)
+            y += 0.25 + 2 * h
+    _arrow(ax, (x_trunk, y), (x_trunk, y + 0.35))
+    ax.text(x_trunk, y + 0.55, "y", ha="center", va="center", fontsize=11, style="italic")
     ax.set_xlim(-0.1, 0.95)
-    ax.set_ylim(-0.9, y + 0.5)
-    ax.set_aspect("auto")
+    ax.set_ylim(-0.8, y + 0.8)
     ax.axis("off")
     ax.set_title(title or label(name), color=VARIANT_COLORS.get(name, "0.1"), fontsize=11)

@@ -34,7 +34,9 @@ def get_scale(scale: Optional[str] = None) -> str:
     if scale is None:
         return "gpu" if get_device().type == "cuda" else "cpu"
     if scale not in SCALES:
-        raise ValueError(f"unknown scale {scale!r} (from NORMLAB_SCALE or an argument); valid choices: {', '.join(SCALES)}")
+        raise ValueError(
+            f"unknown scale {scale!r} (from NORMLAB_SCALE or an argument); valid choices: {', '.join(SCALES)}"
+        )
     return scale
 
 
@@ -53,7 +55,8 @@ class PerScale(Generic[T]):
 def describe_environment() -> str:
     """One line for a chapter's first cell: device, scale, torch, and a hint when no GPU is present."""
     device, scale = get_device(), get_scale()
-    line = f"normlab: device={device.type}, scale={scale}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+    threads = torch.get_num_threads()
+    line = f"normlab: device={device.type}, scale={scale}, torch {torch.__version__}, {threads} CPU threads"
     if device.type == "cpu" and "google.colab" in sys.modules:
         line += "\n  tip: Runtime > Change runtime type > GPU runs this chapter at the gpu scale."
     return line

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command: lint, the package tests, every chapter under nbval at the ci scale, and a
+# strict build of the book (warnings are errors). Run from anywhere; it works in the repo root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# One torch thread: these machines give about one core under load, and spinning OpenMP threads
+# can slow a run tenfold. The ci scale keeps every notebook to seconds.
+export NORMLAB_SCALE=ci OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MPLBACKEND=Agg
+ruff check .
+ruff format --check .
+python -m pytest --nbval-lax --nbval-current-env
+jupyter-book build -W -n --keep-going .
