@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # One torch thread: these machines give about one core under load, and spinning OpenMP threads
 # can slow a run tenfold. The ci scale keeps every notebook to seconds.
-export NORMLAB_SCALE=ci OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MPLBACKEND=Agg
+export NORMLAB_SCALE=ci OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 ruff check .
 ruff format --check .
 python -m pytest --nbval-lax --nbval-current-env

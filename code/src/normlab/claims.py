@@ -22,18 +22,15 @@ def check(claim_id: str, statement: str, holds: bool, measured: str, **values: A
     holds = bool(holds)
     record = {"id": claim_id, "statement": statement, "measured": measured, "holds": holds,
               "scale": get_scale(), "values": values}  # fmt: skip
-    mark = "holds" if holds else "FAILS"
-    text = f"[claim {claim_id}] {mark}: {statement} (measured: {measured})"
+    text = f"[claim {claim_id}] {'holds' if holds else 'FAILS'}: {statement} (measured: {measured})"
+    markdown = f"{'✅ **Claim holds:**' if holds else '❌ **Claim fails:**'} {statement}  \n*Measured:* {measured}"
     try:
         from IPython import get_ipython
         from IPython.display import display
 
         if get_ipython() is not None:
-            display(
-                {"text/plain": text},
-                raw=True,
-                metadata={CLAIM_METADATA_KEY: json.loads(json.dumps(record, default=float))},
-            )
+            meta = {CLAIM_METADATA_KEY: json.loads(json.dumps(record, default=float))}
+            display({"text/plain": text, "text/markdown": markdown}, raw=True, metadata=meta)
         else:
             print(text)
     except ImportError:

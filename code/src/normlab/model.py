@@ -199,6 +199,7 @@ class Attention(nn.Module):
         self.q_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
         self.k_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
         self.head_scale = HeadScale(n_heads) if head_scale else nn.Identity()
+        self.drop = nn.Dropout(dropout)  # on the branch output, as nanoGPT's resid_dropout
         self.record_logits = False
         self.logit_stats: dict[str, torch.Tensor] = {}
 
@@ -217,7 +218,7 @@ class Attention(nn.Module):
             p = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
         y = self.head_scale(y).transpose(1, 2).reshape(b, n, d)
-        return self.o(y)
+        return self.drop(self.o(y))
 
     def _attend_and_record(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)
@@ -259,7 +260,7 @@ class MLP(nn.Module):
         self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.drop(self.mid_norm(self.act(self.fc1(x)))))
+        return self.drop(self.fc2(self.mid_norm(self.act(self.fc1(x)))))
 
 
 class Block(nn.Module):
@@ -323,12 +324,11 @@ class Block(nn.Module):
             d_model, d_ff, activation=activation, mid_norm=p.ffn_mid_norm, norm_kind=norm_kind,
             eps=eps, bias=bias, dropout=dropout,
         )  # fmt: skip
-        self.drop = nn.Dropout(dropout)
         init_block_(self, init, n_layers=n_layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.attn_trunk(self.alpha * x + self.attn_out(self.drop(self.attn(self.attn_in(x)))))
-        x = self.ffn_trunk(self.alpha * x + self.ffn_out(self.drop(self.mlp(self.ffn_in(x)))))
+        x = self.attn_trunk(self.alpha * x + self.attn_out(self.attn(self.attn_in(x))))
+        x = self.ffn_trunk(self.alpha * x + self.ffn_out(self.mlp(self.ffn_in(x))))
         return x
 
 
