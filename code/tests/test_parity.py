@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from normlab import Block
+import normlab
+from normlab.interop import block_from_torch
 
 D, H, FF = 32, 4, 64
 
@@ -29,23 +30,6 @@ def _randomise_norms(layer: nn.Module) -> None:
                     m.bias.uniform_(-0.5, 0.5)
 
 
-def _copy_reference(ref: nn.TransformerEncoderLayer, block: Block, norm_first: bool) -> None:
-    a, m = block.attn, block.mlp
-    q, k, v = ref.self_attn.in_proj_weight.chunk(3)
-    pairs = [(a.q.weight, q), (a.k.weight, k), (a.v.weight, v), (a.o.weight, ref.self_attn.out_proj.weight)]
-    pairs += [(m.fc1.weight, ref.linear1.weight), (m.fc2.weight, ref.linear2.weight)]
-    first, second = (block.attn_in, block.ffn_in) if norm_first else (block.attn_trunk, block.ffn_trunk)
-    pairs += [(first.weight, ref.norm1.weight), (second.weight, ref.norm2.weight)]
-    if ref.linear1.bias is not None:
-        qb, kb, vb = ref.self_attn.in_proj_bias.chunk(3)
-        pairs += [(a.q.bias, qb), (a.k.bias, kb), (a.v.bias, vb), (a.o.bias, ref.self_attn.out_proj.bias)]
-        pairs += [(m.fc1.bias, ref.linear1.bias), (m.fc2.bias, ref.linear2.bias)]
-        pairs += [(first.bias, ref.norm1.bias), (second.bias, ref.norm2.bias)]
-    with torch.no_grad():
-        for mine, theirs in pairs:
-            mine.copy_(theirs)
-
-
 CASES = list(itertools.product([False, True], ["relu", "gelu"], [True, False], [1e-5, 1e-6], [False, True]))
 
 
@@ -57,11 +41,8 @@ def test_block_equals_torch_encoder_layer(norm_first, activation, bias, eps, cau
         batch_first=True, norm_first=norm_first, bias=bias,
     )  # fmt: skip
     _randomise_norms(ref)
-    block = Block(
-        D, H, norm="pre" if norm_first else "post", d_ff=FF, activation=activation,
-        bias=bias, eps=eps, causal=causal, init="torch",
-    )  # fmt: skip
-    _copy_reference(ref, block, norm_first)
+    block = block_from_torch(ref, causal=causal)
+    assert block.placement == normlab.VARIANTS["pre" if norm_first else "post"]
     x = torch.randn(3, 10, D)
     x_ref, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
     mask = nn.Transformer.generate_square_subsequent_mask(10) if causal else None
@@ -81,8 +62,7 @@ def test_swapped_norms_would_be_caught():
     torch.manual_seed(0)
     ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=True)
     _randomise_norms(ref)
-    block = Block(D, H, norm="pre", d_ff=FF, activation="relu", causal=False, init="torch")
-    _copy_reference(ref, block, norm_first=True)
+    block = block_from_torch(ref)
     with torch.no_grad():
         block.attn_in.weight.copy_(ref.norm2.weight)
         block.ffn_in.weight.copy_(ref.norm1.weight)
@@ -95,13 +75,10 @@ def test_pre_ln_stack_with_final_norm_equals_torch_encoder():
     n_layers = 4
     layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=True)
     ref = nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(D), enable_nested_tensor=False)
-    blocks = nn.ModuleList(
-        Block(D, H, norm="pre", d_ff=FF, activation="relu", causal=False, init="torch") for _ in range(n_layers)
-    )
-    final = nn.LayerNorm(D)
-    for r, b in zip(ref.layers, blocks):
+    for r in ref.layers:
         _randomise_norms(r)
-        _copy_reference(r, b, norm_first=True)
+    blocks = [block_from_torch(r) for r in ref.layers]
+    final = nn.LayerNorm(D)
     _randomise_norms(ref.norm)
     final.load_state_dict(ref.norm.state_dict())
     x = torch.randn(2, 7, D)

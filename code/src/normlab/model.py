@@ -327,9 +327,14 @@ class Block(nn.Module):
         init_block_(self, init, n_layers=n_layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.attn_trunk(self.alpha * x + self.attn_out(self.attn(self.attn_in(x))))
-        x = self.ffn_trunk(self.alpha * x + self.ffn_out(self.mlp(self.ffn_in(x))))
-        return x
+        return self.ffn_sublayer(self.attn_sublayer(x))
+
+    # Every variant's tell-tale lines: the same two, with identities in the unused slots.
+    def attn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn_trunk(self.alpha * x + self.attn_out(self.attn(self.attn_in(x))))
+
+    def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ffn_trunk(self.alpha * x + self.ffn_out(self.mlp(self.ffn_in(x))))
 
 
 def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:

@@ -4,13 +4,24 @@ statistics, and how far a trained model's output has moved from its initial one.
 
 from __future__ import annotations
 
+import warnings
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .model import Attention, TransformerLM
 
-__all__ = ["grad_norms", "residual_norms", "record_attention_logits", "attention_stats", "model_update"]
+__all__ = [
+    "grad_norms",
+    "residual_stream",
+    "residual_norms",
+    "stack_jacobian",
+    "record_attention_logits",
+    "attention_stats",
+    "model_update",
+]
 
 
 def grad_norms(model: TransformerLM, x: torch.Tensor, y: torch.Tensor, param: str = "mlp.fc2.weight") -> torch.Tensor:
@@ -30,22 +41,40 @@ def grad_norms(model: TransformerLM, x: torch.Tensor, y: torch.Tensor, param: st
 
 
 @torch.no_grad()
-def residual_norms(model: TransformerLM, idx: torch.Tensor) -> torch.Tensor:
-    """E||x_l||^2 / d for the residual stream x_0 (the embeddings) .. x_L (the last block's
-    output, before any final norm), averaged over batch and positions: shape [L + 1]."""
+def residual_stream(model: TransformerLM, idx: torch.Tensor) -> list[torch.Tensor]:
+    """The residual stream x_0 (the embeddings) .. x_L (the last block's output, before any final
+    norm), each [B, T, d]: the trunk that post-LN normalises and pre-LN leaves alone."""
     seen: list[torch.Tensor] = []
-
-    def record(t: torch.Tensor) -> None:
-        seen.append(t.pow(2).mean())  # mean over coordinates = ||x||^2 / d, then over tokens
-
-    hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: record(args[0]))]
-    hooks += [b.register_forward_hook(lambda m, args, out: record(out)) for b in model.blocks]
+    hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: seen.append(args[0]))]
+    hooks += [b.register_forward_hook(lambda m, args, out: seen.append(out)) for b in model.blocks]
     try:
         model(idx)
     finally:
         for h in hooks:
             h.remove()
-    return torch.stack(seen)
+    return seen
+
+
+def residual_norms(model: TransformerLM, idx: torch.Tensor) -> torch.Tensor:
+    """E||x_l||^2 / d for l = 0 .. L, averaged over batch and positions: shape [L + 1]."""
+    return torch.stack([x.pow(2).mean() for x in residual_stream(model, idx)])
+
+
+def stack_jacobian(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """d x_L / d x_0 through ``blocks`` for one sequence x: [T, d] -> a [T*d, T*d] matrix."""
+
+    def trunk(x0: torch.Tensor) -> torch.Tensor:
+        h = x0[None]
+        for block in blocks:
+            h = block(h)
+        return h[0]
+
+    with warnings.catch_warnings():
+        # functorch falls back to a loop for SDPA's backward on the CPU and says so; it is only slower.
+        warnings.filterwarnings("ignore", message=".*performance drop.*")
+        j = torch.func.jacrev(trunk)(x)
+    n = x.numel()
+    return j.reshape(n, n).detach()
 
 
 def record_attention_logits(model: nn.Module, on: bool) -> list[Attention]:

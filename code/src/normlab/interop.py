@@ -1,0 +1,54 @@
+"""Load PyTorch's own `nn.TransformerEncoderLayer` weights into a normlab `Block`.
+
+The parity tests and the first chapter use it to show that the book's block is PyTorch's block.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .model import Block
+
+__all__ = ["block_from_torch"]
+
+
+def block_from_torch(layer: nn.TransformerEncoderLayer, *, causal: bool = False) -> Block:
+    """A `Block` equal to ``layer``: post-LN for ``norm_first=False``, pre-LN for ``True``.
+
+    ``in_proj_weight`` is split into W_q, W_k, W_v; norm1 is the attention sub-layer's norm and
+    norm2 the FFN's, whichever side of the addition they sit on.
+    """
+    if not layer.self_attn.batch_first:
+        raise ValueError("block_from_torch needs batch_first=True (normlab blocks take [B, T, d])")
+    kind = getattr(layer, "activation_relu_or_gelu", 0)  # PyTorch's own tag: 1 relu, 2 gelu
+    if kind not in (1, 2):
+        raise ValueError("block_from_torch supports activation='relu' or 'gelu' only")
+    act = "relu" if kind == 1 else "gelu"
+    d, bias = layer.linear1.in_features, layer.linear1.bias is not None
+    block = Block(
+        d,
+        layer.self_attn.num_heads,
+        norm="pre" if layer.norm_first else "post",
+        d_ff=layer.linear1.out_features,
+        activation=act,
+        bias=bias,
+        eps=layer.norm1.eps,
+        causal=causal,
+        init="torch",
+    )
+    a, m = block.attn, block.mlp
+    first, second = (block.attn_in, block.ffn_in) if layer.norm_first else (block.attn_trunk, block.ffn_trunk)
+    q, k, v = layer.self_attn.in_proj_weight.chunk(3)
+    pairs = [(a.q.weight, q), (a.k.weight, k), (a.v.weight, v), (a.o.weight, layer.self_attn.out_proj.weight)]
+    pairs += [(m.fc1.weight, layer.linear1.weight), (m.fc2.weight, layer.linear2.weight)]
+    pairs += [(first.weight, layer.norm1.weight), (second.weight, layer.norm2.weight)]
+    if bias:
+        qb, kb, vb = layer.self_attn.in_proj_bias.chunk(3)
+        pairs += [(a.q.bias, qb), (a.k.bias, kb), (a.v.bias, vb), (a.o.bias, layer.self_attn.out_proj.bias)]
+        pairs += [(m.fc1.bias, layer.linear1.bias), (m.fc2.bias, layer.linear2.bias)]
+        pairs += [(first.bias, layer.norm1.bias), (second.bias, layer.norm2.bias)]
+    with torch.no_grad():
+        for mine, theirs in pairs:
+            mine.copy_(theirs)
+    return block
