@@ -85,3 +85,12 @@ def test_per_scale_values(monkeypatch):
     assert sizes.get() == 2 and sizes.get("gpu") == 24
     monkeypatch.delenv("NORMLAB_SCALE")
     assert normlab.get_scale() == ("gpu" if torch.cuda.is_available() else "cpu")
+
+
+def test_seed_base_shifts_every_experiments_seeds(monkeypatch):
+    assert list(normlab.seeds(3)) == [0, 1, 2]
+    monkeypatch.setenv("NORMLAB_SEED_BASE", "100")
+    assert list(normlab.seeds(3)) == [100, 101, 102]
+    monkeypatch.setenv("NORMLAB_SEED_BASE", "-1")
+    with pytest.raises(ValueError, match="non-negative integer"):
+        normlab.seeds(3)

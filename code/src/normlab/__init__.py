@@ -24,7 +24,7 @@ from .model import (
     placement,
 )
 from .probes import attention_stats, grad_norms, model_update, residual_norms
-from .scale import SCALES, PerScale, describe_environment, get_device, get_scale
+from .scale import SCALES, PerScale, describe_environment, get_device, get_scale, seeds
 from .train import OUTCOMES, SCHEDULES, TrainConfig, TrainResult, classify_outcome, lr_multiplier, run, train
 
 __version__ = "0.1.0"
@@ -36,5 +36,5 @@ __all__ = [
     "PerScale", "Placement", "RMSNorm", "TrainConfig", "TrainResult", "TransformerLM",
     "attention_stats", "classify_outcome", "deepnorm_coefficients", "describe_environment",
     "get_device", "get_scale", "grad_norms", "init_block_", "layernorm_jacobian", "load_corpus",
-    "lr_multiplier", "model_update", "placement", "residual_norms", "rmsnorm_jacobian", "run", "train",
+    "lr_multiplier", "model_update", "placement", "residual_norms", "rmsnorm_jacobian", "run", "seeds", "train",
 ]  # fmt: skip

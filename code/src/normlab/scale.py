@@ -12,7 +12,7 @@ from typing import Generic, Optional, TypeVar
 
 import torch
 
-__all__ = ["SCALES", "get_device", "get_scale", "PerScale", "describe_environment"]
+__all__ = ["SCALES", "get_device", "get_scale", "seeds", "PerScale", "describe_environment"]
 
 SCALES = ("ci", "cpu", "gpu")
 T = TypeVar("T")
@@ -38,6 +38,15 @@ def get_scale(scale: Optional[str] = None) -> str:
             f"unknown scale {scale!r} (from NORMLAB_SCALE or an argument); valid choices: {', '.join(SCALES)}"
         )
     return scale
+
+
+def seeds(n: int) -> range:
+    """The ``n`` seeds an experiment runs: 0 .. n-1, shifted by $NORMLAB_SEED_BASE when set, so a
+    chapter's claims can be re-checked on fresh seeds without editing it."""
+    base = os.environ.get("NORMLAB_SEED_BASE", "0").strip() or "0"
+    if not base.isdigit():
+        raise ValueError(f"NORMLAB_SEED_BASE must be a non-negative integer, got {base!r}")
+    return range(int(base), int(base) + n)
 
 
 @dataclass(frozen=True)
