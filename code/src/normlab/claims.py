@@ -23,7 +23,7 @@ def check(claim_id: str, statement: str, holds: bool, measured: str, **values: A
     record = {"id": claim_id, "statement": statement, "measured": measured, "holds": holds,
               "scale": get_scale(), "values": values}  # fmt: skip
     text = f"[claim {claim_id}] {'holds' if holds else 'FAILS'}: {statement} (measured: {measured})"
-    markdown = f"{'✅ **Claim holds:**' if holds else '❌ **Claim fails:**'} {statement}  \n*Measured:* {measured}"
+    markdown = f"{'✓ **Claim holds:**' if holds else '✗ **Claim FAILS:**'} {statement}  \n*Measured:* {measured}"
     try:
         from IPython import get_ipython
         from IPython.display import display

@@ -14,7 +14,9 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from .model import Placement, placement
 
-__all__ = ["VARIANT_COLORS", "OUTCOME_MARKERS", "use_style", "color", "label", "band", "mark_diverged", "draw_block"]
+__all__ = [
+    "VARIANT_COLORS", "OUTCOME_MARKERS", "use_style", "color", "label", "band", "mark_diverged", "draw_block", "glue",
+]  # fmt: skip
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
 VARIANT_COLORS = {
@@ -151,3 +153,13 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
     ax.set_ylim(-0.8, y + 0.8)
     ax.axis("off")
     ax.set_title(title or label(name), color=VARIANT_COLORS.get(name, "0.1"), fontsize=11)
+
+
+def glue(name: str, fig) -> None:
+    """Let other pages of the book show ``fig`` (myst-nb's glue); does nothing outside a book build's
+    Jupyter (e.g. on Colab, where myst-nb is not installed)."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return
+    myst_glue(name, fig, display=False)

@@ -1,0 +1,84 @@
+"""Execute every chapter once at one scale and record the wall time of each, with provenance.
+
+    OMP_NUM_THREADS=1 python scripts/measure_costs.py --scale cpu
+
+writes book/_data/costs-<scale>.json, which the book's "What each chapter costs" page renders.
+Run it on the machine you want to describe (a GPU runtime for --scale gpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chapters() -> list[str]:
+    toc = (ROOT / "_toc.yml").read_text()
+    docs = re.findall(r"file:\s*(\S+)", toc)
+    return [d for d in docs if (ROOT / f"{d}.ipynb").exists()]
+
+
+def device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"{platform.machine()} CPU, {os.cpu_count()} cores"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", required=True, choices=["ci", "cpu", "gpu"])
+    ap.add_argument("--only", nargs="*", help="chapter docnames to (re)measure; others keep their old values")
+    args = ap.parse_args()
+    os.environ["NORMLAB_SCALE"] = args.scale
+    import torch
+
+    out = ROOT / "book" / "_data" / f"costs-{args.scale}.json"
+    old = json.loads(out.read_text())["seconds"] if out.exists() and args.only else {}
+    seconds = dict(old)
+    for doc in chapters():
+        if args.only and doc not in args.only:
+            continue
+        path = ROOT / f"{doc}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        start = time.perf_counter()
+        client = NotebookClient(
+            nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        )
+        client.execute()
+        seconds[doc] = round(time.perf_counter() - start, 1)
+        print(f"{doc}: {seconds[doc]} s", flush=True)
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    revision = git.stdout.strip()
+    record = {
+        "scale": args.scale,
+        "seconds": seconds,
+        "provenance": {
+            "date": datetime.date.today().isoformat(),
+            "device": device(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "revision": revision or "unknown",
+        },
+    }
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
