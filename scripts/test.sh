@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: lint, the package tests, every chapter under nbval at the ci scale, and a
-# strict build of the book (warnings are errors). Run from anywhere; it works in the repo root.
+# The test command: lint, the package tests, the book checks (including the simulated Colab
+# install), every chapter under nbval at the ci scale, a strict build of the book (warnings are
+# errors), and a browser check of every built page. Run from anywhere; it works in the repo root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One torch thread: these machines give about one core under load, and spinning OpenMP threads
@@ -10,3 +11,4 @@ ruff check .
 ruff format --check .
 python -m pytest --nbval-lax --nbval-current-env
 jupyter-book build -W -n --keep-going .
+python scripts/check_site.py
