@@ -116,7 +116,11 @@ def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
     for doc in dict.fromkeys(d for d, _ in claims):  # chapters in order, once each
         out.append(nodes.paragraph("", "", nodes.strong("", "", _link(app, fromdoc, doc))))
         rows = [
-            [nodes.Text("✓ holds" if c["holds"] else "✗ FAILS"), nodes.Text(c["statement"]), nodes.Text(c["measured"])]
+            [
+                nodes.Text("✓ holds" if c["holds"] else "✗ FAILS"),
+                nodes.Text(c["statement"]),
+                nodes.Text(c["measured"]),
+            ]
             for d, c in claims
             if d == doc
         ]
