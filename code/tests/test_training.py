@@ -94,3 +94,20 @@ def test_seed_base_shifts_every_experiments_seeds(monkeypatch):
     monkeypatch.setenv("NORMLAB_SEED_BASE", "-1")
     with pytest.raises(ValueError, match="non-negative integer"):
         normlab.seeds(3)
+
+
+def test_results_round_trip_with_provenance(corpus, tmp_path):
+    from normlab.results import load_results, provenance, run_many, save_results
+
+    results = run_many([(TINY, TrainConfig(steps=5, eval_every=5))], corpus=corpus, progress=False)
+    save_results(tmp_path / "r.json", results, {"provenance": provenance(corpus)})
+    loaded, meta = load_results(tmp_path / "r.json")
+    assert loaded[0].losses == results[0].losses and loaded[0].evals == results[0].evals
+    assert {"date", "device", "torch", "revision", "scale", "corpus_sha256"} <= set(meta["provenance"])
+
+
+def test_probe_callback_adds_to_the_log_records(corpus):
+    probe = lambda model, x: {"ln_rms": normlab.probes.norm_input_rms(model, x)}  # noqa: E731
+    cfg = TrainConfig(steps=4, log_every=2, eval_every=4)
+    result = run(dict(TINY, norm="post"), cfg, corpus=corpus, progress=False, probe=probe)
+    assert len(result.logs[0]["ln_rms"]) == 2 * TINY["n_layers"]  # two trunk norms per post-LN block

@@ -4,7 +4,7 @@
 training loop, probes and plots the chapters measure with.
 """
 
-from . import claims, exercises, interop, plot, probes, stats
+from . import claims, exercises, interop, plot, probes, results, stats
 from .data import STDLIB_FILES, VOCAB_SIZE, Corpus, load_corpus
 from .jacobian import layernorm_jacobian, rmsnorm_jacobian
 from .model import (
@@ -30,7 +30,7 @@ from .train import OUTCOMES, SCHEDULES, TrainConfig, TrainResult, classify_outco
 __version__ = "0.1.0"
 
 __all__ = [
-    "claims", "exercises", "interop", "plot", "probes", "stats",
+    "claims", "exercises", "interop", "plot", "probes", "results", "stats",
     "ACTIVATIONS", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "SCALES", "SCHEDULES", "STDLIB_FILES",
     "VARIANTS", "VOCAB_SIZE", "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients",
     "PerScale", "Placement", "RMSNorm", "TrainConfig", "TrainResult", "TransformerLM",

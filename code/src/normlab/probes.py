@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import Attention, TransformerLM
+from .model import Attention, RMSNorm, TransformerLM
 
 __all__ = [
     "grad_norms",
@@ -75,6 +75,28 @@ def stack_jacobian(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor
         j = torch.func.jacrev(trunk)(x)
     n = x.numel()
     return j.reshape(n, n).detach()
+
+
+@torch.no_grad()
+def norm_input_rms(model: TransformerLM, idx: torch.Tensor) -> list[float]:
+    """Root-mean-square of the input to every LayerNorm/RMSNorm of the blocks, in forward order.
+
+    For post-LN these are the trunk sums x + F(x): when they grow, the norm's Jacobian (about
+    gamma / rms) shrinks and the gradient through it vanishes (DeepNet 2203.00555, Fig. 4).
+    """
+    norms = [m for b in model.blocks for m in b.modules() if isinstance(m, (nn.LayerNorm, RMSNorm))]
+    seen: dict[int, float] = {}
+
+    def record(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:  # returning None keeps the input
+        seen.setdefault(id(module), float(args[0].pow(2).mean().sqrt()))
+
+    hooks = [m.register_forward_pre_hook(record) for m in norms]
+    try:
+        model(idx)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [seen[id(m)] for m in norms]
 
 
 def record_attention_logits(model: nn.Module, on: bool) -> list[Attention]:

@@ -10,7 +10,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -134,7 +134,8 @@ def _val_loss(model: TransformerLM, batches: list[tuple[torch.Tensor, torch.Tens
     return total / len(batches)
 
 
-def _show_progress() -> bool:
+def show_progress() -> bool:
+    """Progress bars on, except in CI logs and at the ci scale."""
     return not os.environ.get("CI") and get_scale() != "ci"
 
 
@@ -145,11 +146,14 @@ def train(
     *,
     device: Optional[torch.device] = None,
     progress: Optional[bool] = None,
+    probe: Optional[Callable[[TransformerLM, torch.Tensor], dict[str, Any]]] = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``corpus`` with AdamW and ``config.schedule``.
 
     The batches come from a generator seeded with ``config.seed``; seed the model's init yourself
-    (or use `run`). On the CPU the same seed gives the same losses, bit for bit.
+    (or use `run`). On the CPU the same seed gives the same losses, bit for bit. ``probe(model, x)``,
+    if given, runs after the update at every log step on a fixed validation batch ``x``, and what
+    it returns is added to that step's record.
     """
     device = device or get_device()
     model.to(device).train()
@@ -172,7 +176,7 @@ def train(
     result = TrainResult(config=asdict(config))
     first_loss: Optional[float] = None
     start = time.perf_counter()
-    show = _show_progress() if progress is None else progress
+    show = show_progress() if progress is None else progress
     bar = tqdm(range(1, config.steps + 1), disable=not show, leave=False, desc="train")
     for step in bar:
         lr = config.lr * lr_multiplier(
@@ -210,6 +214,8 @@ def train(
             record["update_size"] = delta / norm
             if model0 is not None:
                 record["model_update"] = model_update(model, model0, probe_x)
+            if probe is not None:
+                record.update(probe(model, probe_x))
             result.logs.append(record)
         if step % config.eval_every == 0 or step == config.steps:
             val = _val_loss(model, val_batches)
@@ -230,12 +236,13 @@ def run(
     corpus: Optional[Corpus] = None,
     device: Optional[torch.device] = None,
     progress: Optional[bool] = None,
+    probe: Optional[Callable[[TransformerLM, torch.Tensor], dict[str, Any]]] = None,
 ) -> TrainResult:
     """Seed, build ``TransformerLM(corpus.vocab_size, **model_kwargs)``, train; the result keeps both configs."""
     corpus = corpus or load_corpus()
     torch.manual_seed(config.seed)
     model = TransformerLM(corpus.vocab_size, **model_kwargs)
-    result = train(model, corpus, config, device=device, progress=progress)
+    result = train(model, corpus, config, device=device, progress=progress, probe=probe)
     result.model = dict(model_kwargs)
     return result
 
