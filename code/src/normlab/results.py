@@ -65,10 +65,23 @@ def provenance(corpus: Optional[Corpus] = None) -> dict[str, Any]:
     }
 
 
+def _round(obj: Any, digits: int = 5) -> Any:
+    """Floats to ``digits`` significant digits: a stored grid stays small and diffs stay readable."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: _round(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_round(v, digits) for v in obj]
+    return obj
+
+
 def save_results(path: Union[str, Path], results: Sequence[TrainResult], meta: dict[str, Any]) -> None:
-    """Write ``results`` and ``meta`` (e.g. ``{"provenance": provenance(), "grid": ...}``) as JSON."""
-    payload = {"meta": meta, "results": [dataclasses.asdict(r) for r in results]}
-    Path(path).write_text(json.dumps(payload, indent=1, default=float) + "\n")
+    """Write ``results`` and ``meta`` (e.g. ``{"provenance": provenance(), "grid": ...}``) as JSON,
+    floats to 5 significant digits, per-step learning rates left out (the config gives them)."""
+    rows = [{k: v for k, v in dataclasses.asdict(r).items() if k != "lrs"} for r in results]
+    payload = _round({"meta": meta, "results": rows})
+    Path(path).write_text(json.dumps(payload, separators=(",", ":"), default=float) + "\n")
 
 
 def load_results(path: Union[str, Path]) -> tuple[list[TrainResult], dict[str, Any]]:
