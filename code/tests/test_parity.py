@@ -20,27 +20,17 @@ def _no_fastpath():
     torch.backends.mha.set_fastpath_enabled(True)
 
 
-def _randomise_norms(layer: nn.Module) -> None:
-    # gamma = 1, beta = 0 would let a block that swaps norm1 and norm2 pass.
-    for m in layer.modules():
-        if isinstance(m, nn.LayerNorm):
-            with torch.no_grad():
-                m.weight.uniform_(0.5, 1.5)
-                if m.bias is not None:
-                    m.bias.uniform_(-0.5, 0.5)
-
-
 CASES = list(itertools.product([False, True], ["relu", "gelu"], [True, False], [1e-5, 1e-6], [False, True]))
 
 
 @pytest.mark.parametrize("norm_first,activation,bias,eps,causal", CASES)
-def test_block_equals_torch_encoder_layer(norm_first, activation, bias, eps, causal):
+def test_block_equals_torch_encoder_layer(norm_first, activation, bias, eps, causal, randomise_norms):
     torch.manual_seed(0)
     ref = nn.TransformerEncoderLayer(
         D, H, FF, dropout=0.0, activation=activation, layer_norm_eps=eps,
         batch_first=True, norm_first=norm_first, bias=bias,
     )  # fmt: skip
-    _randomise_norms(ref)
+    randomise_norms(ref)
     block = block_from_torch(ref, causal=causal)
     assert block.placement == normlab.VARIANTS["pre" if norm_first else "post"]
     x = torch.randn(3, 10, D)
@@ -57,11 +47,11 @@ def test_block_equals_torch_encoder_layer(norm_first, activation, bias, eps, cau
     torch.testing.assert_close(block.attn.q.weight.grad, ref.self_attn.in_proj_weight.grad[:D], rtol=0, atol=1e-5)
 
 
-def test_swapped_norms_would_be_caught():
+def test_swapped_norms_would_be_caught(randomise_norms):
     """The randomised norms make the comparison sensitive to which LN is which."""
     torch.manual_seed(0)
     ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=True)
-    _randomise_norms(ref)
+    randomise_norms(ref)
     block = block_from_torch(ref)
     with torch.no_grad():
         block.attn_in.weight.copy_(ref.norm2.weight)
@@ -70,16 +60,16 @@ def test_swapped_norms_would_be_caught():
     assert not torch.allclose(block(x), ref(x), atol=1e-3)
 
 
-def test_pre_ln_stack_with_final_norm_equals_torch_encoder():
+def test_pre_ln_stack_with_final_norm_equals_torch_encoder(randomise_norms):
     torch.manual_seed(0)
     n_layers = 4
     layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=True)
     ref = nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(D), enable_nested_tensor=False)
     for r in ref.layers:
-        _randomise_norms(r)
+        randomise_norms(r)
     blocks = [block_from_torch(r) for r in ref.layers]
     final = nn.LayerNorm(D)
-    _randomise_norms(ref.norm)
+    randomise_norms(ref.norm)
     final.load_state_dict(ref.norm.state_dict())
     x = torch.randn(2, 7, D)
     y = x

@@ -18,15 +18,6 @@ def _same_weights(src: nn.Module, dst: nn.Module) -> None:
     dst.load_state_dict(src.state_dict(), strict=False)
 
 
-def _randomise_affine(module: nn.Module) -> None:
-    for m in module.modules():
-        if isinstance(m, (nn.LayerNorm, normlab.RMSNorm)):
-            with torch.no_grad():
-                m.weight.uniform_(0.5, 1.5)
-                if getattr(m, "bias", None) is not None:
-                    m.bias.uniform_(-0.5, 0.5)
-
-
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_every_variant_runs_forward_and_backward(variant, qk_norm):
@@ -50,24 +41,24 @@ def test_variants_differ_in_their_telltale_fields_only():
     assert dataclasses.replace(VARIANTS["pre"], attn_out_norm=True, ffn_out_norm=True) == VARIANTS["sandwich"]
 
 
-def test_deepnorm_with_alpha_and_beta_one_is_post_ln():
+def test_deepnorm_with_alpha_and_beta_one_is_post_ln(randomise_norms):
     torch.manual_seed(0)
     post = Block(D, H, norm="post", init="xavier")
     torch.manual_seed(0)
     deep = Block(D, H, norm="deepnorm", init="xavier", deepnorm_alpha=1.0, deepnorm_beta=1.0)
     for (n1, p1), (n2, p2) in zip(post.named_parameters(), deep.named_parameters()):
         assert n1 == n2 and torch.equal(p1, p2), n1  # same init, draw for draw
-    _randomise_affine(post)
+    randomise_norms(post)
     _same_weights(post, deep)
     x = torch.randn(2, 8, D)
     torch.testing.assert_close(deep(x), post(x), rtol=0, atol=0)
 
 
-def test_deepnorm_scales_the_shortcut_not_the_branch():
+def test_deepnorm_scales_the_shortcut_not_the_branch(randomise_norms):
     """x <- LN(alpha * x + G(x)); an implementation computing LN(x + alpha * G(x)) fails here."""
     torch.manual_seed(0)
     block = Block(D, H, norm="deepnorm", n_layers=6)
-    _randomise_affine(block)
+    randomise_norms(block)
     alpha = deepnorm_coefficients(decoder_layers=6)[1].alpha
     x = torch.randn(2, 8, D)
     h = block.attn_trunk(alpha * x + block.attn(x))
@@ -106,10 +97,10 @@ def test_deepnorm_coefficients_match_the_paper_table():
         deepnorm_coefficients()
 
 
-def test_sandwich_without_its_output_norms_is_pre_ln():
+def test_sandwich_without_its_output_norms_is_pre_ln(randomise_norms):
     torch.manual_seed(0)
     sandwich = Block(D, H, norm="sandwich")
-    _randomise_affine(sandwich)
+    randomise_norms(sandwich)
     bare = Block(D, H, norm=dataclasses.replace(VARIANTS["sandwich"], attn_out_norm=False, ffn_out_norm=False))
     pre = Block(D, H, norm="pre")
     _same_weights(sandwich, bare)
@@ -119,10 +110,10 @@ def test_sandwich_without_its_output_norms_is_pre_ln():
     assert (sandwich(x) - pre(x)).abs().max() > 1e-2  # the output norms do change the block
 
 
-def test_normformer_with_its_additions_switched_off_is_pre_ln():
+def test_normformer_with_its_additions_switched_off_is_pre_ln(randomise_norms):
     torch.manual_seed(0)
     nf = Block(D, H, norm="normformer")
-    _randomise_affine(nf)
+    randomise_norms(nf)
     with torch.no_grad():
         nf.attn.head_scale.weight.uniform_(0.5, 1.5)
     off = dataclasses.replace(VARIANTS["normformer"], attn_out_norm=False, head_scale=False, ffn_mid_norm=False)
