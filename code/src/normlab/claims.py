@@ -7,21 +7,50 @@ index is collected from there) and raises AssertionError when the claim does not
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
-__all__ = ["check", "CLAIM_METADATA_KEY"]
+__all__ = ["check", "CLAIM_METADATA_KEY", "SOURCES", "VERDICTS"]
 
 CLAIM_METADATA_KEY = "normlab_claim"
+# The two texts the book accompanies, named as a reader knows them.
+SOURCES = {
+    "course notes": 'the course notes (session 6.10, "Pre-norm vs post-norm Transformer block")',
+    "explainer": 'the explainer ("Pre-Norm vs Post-Norm")',
+}
+VERDICTS = ("confirmed", "wrong", "imprecise", "overstated", "unsupported", "right in substance, wrong in detail")
 
 
-def check(claim_id: str, statement: str, holds: bool, measured: str, **values: Any) -> None:
+def check(
+    claim_id: str,
+    statement: str,
+    holds: bool,
+    measured: str,
+    *,
+    source: Optional[str] = None,
+    quote: Optional[str] = None,
+    verdict: Optional[str] = None,
+    **values: Any,
+) -> None:
     """Assert one claim. ``measured`` is the human-readable evidence ("slope 0.84 in [0.5, 1.5]");
-    ``values`` are the raw numbers, kept in the notebook for the claims index."""
-    from .scale import get_scale
+    ``values`` are the raw numbers, kept in the notebook for the claims index.
 
+    When the claim checks a sentence of one of the book's sources, pass ``source`` (a key of
+    `SOURCES`), the sentence as ``quote`` and our ``verdict`` on it (one of `VERDICTS`): the
+    page "The sources, checked" is generated from these records.
+    """
+    from .scale import get_scale, seed_base
+
+    if (source, quote, verdict).count(None) not in (0, 3):
+        raise ValueError("pass source, quote and verdict together, or none of them")
+    if source is not None and source not in SOURCES:
+        raise ValueError(f"unknown source {source!r}; valid choices: {', '.join(SOURCES)}")
+    if verdict is not None and verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}; valid choices: {', '.join(VERDICTS)}")
     holds = bool(holds)
     record = {"id": claim_id, "statement": statement, "measured": measured, "holds": holds,
-              "scale": get_scale(), "values": values}  # fmt: skip
+              "scale": get_scale(), "seed_base": seed_base(), "values": values}  # fmt: skip
+    if source is not None:
+        record.update(source=source, quote=quote, verdict=verdict)
     text = f"[claim {claim_id}] {'holds' if holds else 'FAILS'}: {statement} (measured: {measured})"
     markdown = f"{'✓ **Claim holds:**' if holds else '✗ **Claim FAILS:**'} {statement}  \n*Measured:* {measured}"
     try:

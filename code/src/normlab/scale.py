@@ -12,7 +12,7 @@ from typing import Generic, Optional, TypeVar
 
 import torch
 
-__all__ = ["SCALES", "get_device", "get_scale", "seeds", "PerScale", "describe_environment"]
+__all__ = ["SCALES", "get_device", "get_scale", "seed_base", "seeds", "PerScale", "describe_environment"]
 
 SCALES = ("ci", "cpu", "gpu")
 T = TypeVar("T")
@@ -40,13 +40,19 @@ def get_scale(scale: Optional[str] = None) -> str:
     return scale
 
 
-def seeds(n: int) -> range:
-    """The ``n`` seeds an experiment runs: 0 .. n-1, shifted by $NORMLAB_SEED_BASE when set, so a
-    chapter's claims can be re-checked on fresh seeds without editing it."""
+def seed_base() -> int:
+    """$NORMLAB_SEED_BASE (default 0): the shift `seeds` applies."""
     base = os.environ.get("NORMLAB_SEED_BASE", "0").strip() or "0"
     if not base.isdigit():
         raise ValueError(f"NORMLAB_SEED_BASE must be a non-negative integer, got {base!r}")
-    return range(int(base), int(base) + n)
+    return int(base)
+
+
+def seeds(n: int) -> range:
+    """The ``n`` seeds an experiment runs: 0 .. n-1, shifted by $NORMLAB_SEED_BASE when set, so a
+    chapter's claims can be re-checked on fresh seeds without editing it."""
+    base = seed_base()
+    return range(base, base + n)
 
 
 @dataclass(frozen=True)
