@@ -52,8 +52,25 @@ def test_unknown_scale_name(monkeypatch):
 def test_unknown_schedule_and_bad_train_sizes():
     with pytest.raises(ValueError, match="constant, cosine, inverse-sqrt, wsd"):
         TrainConfig(schedule="step")
-    with pytest.raises(ValueError, match="steps must be positive"):
+    with pytest.raises(ValueError, match="steps must be a positive integer"):
         TrainConfig(steps=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"lr": float("nan")}, "finite number > 0"),
+        ({"lr": float("inf")}, "finite number > 0"),
+        ({"warmup": 301}, r"warmup must be in \[0, steps=300\]"),
+        ({"betas": (0.9, 1.0)}, r"betas must be two numbers in \[0, 1\)"),
+        ({"eps": 0.0}, "eps > 0"),
+        ({"weight_decay_mode": "decoupled"}, "coupled, independent"),
+        ({"decay_fraction": 0.0, "schedule": "wsd"}, r"decay_fraction must be in \(0, 1\]"),
+    ],
+)
+def test_bad_training_settings_name_the_valid_range(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
 
 
 def test_unknown_probe_parameter_and_split():

@@ -5,7 +5,7 @@ training loop, probes and plots the chapters measure with.
 """
 
 from . import claims, exercises, interop, plot, probes, results, stats
-from .data import STDLIB_FILES, VOCAB_SIZE, Corpus, load_corpus
+from .data import CORPUS_SHA256, STDLIB_FILES, VOCAB_SIZE, Corpus, load_corpus
 from .jacobian import layernorm_jacobian, rmsnorm_jacobian
 from .model import (
     ACTIVATIONS,
@@ -23,18 +23,30 @@ from .model import (
     init_block_,
     placement,
 )
-from .probes import attention_stats, grad_norms, model_update, residual_norms
-from .scale import SCALES, PerScale, describe_environment, get_device, get_scale, seeds
-from .train import OUTCOMES, SCHEDULES, TrainConfig, TrainResult, classify_outcome, lr_multiplier, run, train
+from .probes import attention_stats, grad_norms, model_update, norm_input_scale, residual_norms
+from .scale import SCALES, PerScale, describe_environment, get_device, get_scale, seed_base, seeds
+from .train import (
+    OUTCOMES,
+    SCHEDULES,
+    WEIGHT_DECAY_MODES,
+    TrainConfig,
+    TrainResult,
+    classify_outcome,
+    lr_multiplier,
+    run,
+    train,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "claims", "exercises", "interop", "plot", "probes", "results", "stats",
-    "ACTIVATIONS", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "SCALES", "SCHEDULES", "STDLIB_FILES",
-    "VARIANTS", "VOCAB_SIZE", "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients",
-    "PerScale", "Placement", "RMSNorm", "TrainConfig", "TrainResult", "TransformerLM",
+    "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "SCALES", "SCHEDULES",
+    "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",
+    "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients", "PerScale", "Placement", "RMSNorm",
+    "TrainConfig", "TrainResult", "TransformerLM",
     "attention_stats", "classify_outcome", "deepnorm_coefficients", "describe_environment",
     "get_device", "get_scale", "grad_norms", "init_block_", "layernorm_jacobian", "load_corpus",
-    "lr_multiplier", "model_update", "placement", "residual_norms", "rmsnorm_jacobian", "run", "seeds", "train",
+    "lr_multiplier", "model_update", "norm_input_scale", "placement", "residual_norms",
+    "rmsnorm_jacobian", "run", "seed_base", "seeds", "train",
 ]  # fmt: skip

@@ -1,21 +1,23 @@
-"""An offline byte-level corpus: the Python standard library's own source files, nothing downloaded.
+"""An offline byte-level corpus: 38 source files of the Python standard library, shipped inside the
+package (CPython 3.11.7, PSF licence in ``corpus/LICENSE-PSF.txt``), so every Python reads the same bytes.
 
 A fixed list of files in a fixed order; the first 90% of each file trains, the last 10% validates.
-The bytes depend on the Python version, so a `Corpus` carries a fingerprint for provenance.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import lzma
 import math
-import sysconfig
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-__all__ = ["STDLIB_FILES", "VOCAB_SIZE", "Corpus", "load_corpus"]
+__all__ = ["STDLIB_FILES", "VOCAB_SIZE", "CORPUS_SHA256", "Corpus", "load_corpus"]
 
 VOCAB_SIZE = 256  # bytes
 
@@ -31,6 +33,8 @@ STDLIB_FILES = (
     "operator.py", "locale.py",
 )  # fmt: skip
 SPLITS = ("train", "val")
+SNAPSHOT = Path(__file__).parent / "corpus" / "stdlib-3.11.7.tar.xz"
+CORPUS_SHA256 = "41f26a9ba5c8bafe99ea"  # first 20 hex digits of the shipped snapshot's fingerprint
 
 
 @dataclass
@@ -42,6 +46,7 @@ class Corpus:
     files: tuple[str, ...]
     fingerprint: str
     _unigram: Optional[float] = field(default=None, repr=False)
+    _eval_sets: dict = field(default_factory=dict, repr=False)
 
     @property
     def vocab_size(self) -> int:
@@ -61,18 +66,39 @@ class Corpus:
         window = data[start[:, None] + offsets]
         return window[:, :-1].long(), window[:, 1:].long()
 
+    def eval_set(self, seq_len: int, n_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed validation set: ``n_windows`` windows (x, y) spread evenly over the validation
+        bytes (every file contributes), the same for every seed and run."""
+        key = (seq_len, n_windows)
+        if key not in self._eval_sets:
+            if not 0 < seq_len < len(self.val) - 1 or n_windows <= 0:
+                raise ValueError(
+                    f"need seq_len in [1, {len(self.val) - 2}] and n_windows > 0, got {seq_len}, {n_windows}"
+                )
+            start = torch.linspace(0, len(self.val) - seq_len - 1, n_windows).long()
+            window = self.val[start[:, None] + torch.arange(seq_len + 1)]
+            self._eval_sets[key] = (window[:, :-1].long(), window[:, 1:].long())
+        return self._eval_sets[key]
+
+    def _unigram_logp(self) -> torch.Tensor:
+        counts = torch.bincount(self.train.long(), minlength=VOCAB_SIZE).double() + 1.0
+        return (counts / counts.sum()).log()
+
+    def unigram_loss(self, targets: torch.Tensor) -> float:
+        """Cross-entropy (nats/byte) of ``targets`` under the training bytes' frequencies (add-one
+        smoothed): what a model that learned byte frequencies and nothing else scores on them."""
+        return float(-self._unigram_logp()[targets.long().flatten()].mean())
+
     def unigram_entropy(self) -> float:
         """Cross-entropy (nats/byte) of the validation bytes under the training bytes' frequencies
         (add-one smoothed): the loss of a model that learned byte frequencies and nothing else."""
         if self._unigram is None:
-            counts = torch.bincount(self.train.long(), minlength=VOCAB_SIZE).double() + 1.0
-            logp = (counts / counts.sum()).log()
-            self._unigram = float(-logp[self.val.long()].mean())
+            self._unigram = self.unigram_loss(self.val)
         return self._unigram
 
     def describe(self) -> str:
         return (
-            f"{len(self.files)} stdlib files, {len(self.train):,} train + {len(self.val):,} val bytes, "
+            f"{len(self.files)} standard-library files, {len(self.train):,} train + {len(self.val):,} val bytes, "
             f"sha256 {self.fingerprint[:12]}, unigram entropy {self.unigram_entropy():.3f} nats "
             f"(uniform: ln 256 = {math.log(VOCAB_SIZE):.3f})"
         )
@@ -81,23 +107,32 @@ class Corpus:
 _CACHE: dict[tuple[str, float], Corpus] = {}
 
 
-def load_corpus(root: Optional[str] = None, val_fraction: float = 0.1) -> Corpus:
-    """Read `STDLIB_FILES` from the running interpreter's standard library (or ``root``).
+def _snapshot_files() -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(lzma.decompress(SNAPSHOT.read_bytes()))) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
 
-    Files this Python lacks are skipped and left out of ``files``; fewer than half present is an error.
+
+def load_corpus(root: Optional[str] = None, val_fraction: float = 0.1) -> Corpus:
+    """The corpus from the snapshot shipped with normlab (the default: identical on every Python),
+    or from the `STDLIB_FILES` under a directory ``root`` (e.g. another Python's Lib/; its files
+    differ, and so does the fingerprint). Files missing under ``root`` are skipped; fewer than
+    half present is an error.
     """
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    base = Path(root or sysconfig.get_paths()["stdlib"])
-    key = (str(base), val_fraction)
+    key = (str(root), val_fraction)
     if key in _CACHE:
         return _CACHE[key]
+    if root is None:
+        files = _snapshot_files()
+    else:
+        base = Path(root)
+        files = {n: (base / n).read_bytes() for n in STDLIB_FILES if (base / n).is_file()}
     digest, train, val, used = hashlib.sha256(), [], [], []
     for name in STDLIB_FILES:
-        path = base / name
-        if not path.is_file():
+        if name not in files:
             continue
-        raw = path.read_bytes()
+        raw = files[name]
         digest.update(name.encode() + b"\0" + raw)
         cut = int(len(raw) * (1 - val_fraction))
         train.append(raw[:cut])
@@ -105,8 +140,7 @@ def load_corpus(root: Optional[str] = None, val_fraction: float = 0.1) -> Corpus
         used.append(name)
     if len(used) < len(STDLIB_FILES) // 2:
         raise FileNotFoundError(
-            f"only {len(used)} of {len(STDLIB_FILES)} standard-library source files found under {base}; "
-            "this Python ships without its .py sources (install them, or pass root= a CPython Lib/ folder)"
+            f"only {len(used)} of {len(STDLIB_FILES)} standard-library source files found under {root}"
         )
 
     def as_tensor(parts: list[bytes]) -> torch.Tensor:

@@ -173,8 +173,10 @@ class Attention(nn.Module):
     """Multi-head self-attention through `F.scaled_dot_product_attention`.
 
     QK-norm normalises q and k per head over d_head (as Qwen3 and Gemma 3 do; OLMo 2 normalises
-    the full projection instead). Setting ``record_logits = True`` takes an explicit path that
-    stores the logits' statistics in ``logit_stats`` for probes; it is slower and never the default.
+    the full projection instead). ``attn_dropout`` drops attention probabilities (0 by default, as
+    in fairseq); the dropout on the sub-layer's output lives in `Block`, after the branch's last
+    norm. Setting ``record_logits = True`` takes an explicit path that stores per-layer logit
+    statistics in ``logit_stats``; only the probes set it, on a forward pass of their own.
     """
 
     def __init__(
@@ -187,11 +189,12 @@ class Attention(nn.Module):
         norm_kind: str = "layer",
         eps: float = 1e-5,
         bias: bool = True,
-        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
         causal: bool = True,
     ) -> None:
         super().__init__()
-        self.n_heads, self.d_head, self.causal, self.dropout = n_heads, d_model // n_heads, causal, dropout
+        self.n_heads, self.d_head, self.causal = n_heads, d_model // n_heads, causal
+        self.attn_dropout = attn_dropout
         self.q = nn.Linear(d_model, d_model, bias=bias)
         self.k = nn.Linear(d_model, d_model, bias=bias)
         self.v = nn.Linear(d_model, d_model, bias=bias)
@@ -199,7 +202,6 @@ class Attention(nn.Module):
         self.q_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
         self.k_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
         self.head_scale = HeadScale(n_heads) if head_scale else nn.Identity()
-        self.drop = nn.Dropout(dropout)  # on the branch output, as nanoGPT's resid_dropout
         self.record_logits = False
         self.logit_stats: dict[str, torch.Tensor] = {}
 
@@ -215,25 +217,31 @@ class Attention(nn.Module):
         if self.record_logits:
             y = self._attend_and_record(q, k, v)
         else:
-            p = self.dropout if self.training else 0.0
+            p = self.attn_dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
         y = self.head_scale(y).transpose(1, 2).reshape(b, n, d)
-        return self.drop(self.o(y))
+        return self.o(y)
 
     def _attend_and_record(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        n = q.shape[-2]
         logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)
+        allowed = torch.ones(n, n, dtype=torch.bool, device=q.device)
         if self.causal:
-            n = q.shape[-2]
-            mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-            logits = logits.masked_fill(~mask, float("-inf"))
-        attn = logits.softmax(-1)
-        finite = torch.isfinite(logits)
-        entropy = -(attn * torch.where(attn > 0, attn.log(), torch.zeros_like(attn))).sum(-1)
+            allowed = allowed.tril()
+        attn = logits.masked_fill(~allowed, float("-inf")).softmax(-1)
+        # Entropy of each query's attention over the positions it may attend, divided by its
+        # maximum ln(count): 1 is uniform, 0 is one-hot, whatever the sequence length. Rows that
+        # see a single position (the first, under a causal mask) have no choice and are left out.
+        count = allowed.sum(-1)
+        plogp = torch.where(allowed & (attn > 0), attn * attn.log(), torch.zeros_like(attn))
+        rows = count > 1
+        entropy = (-plogp.sum(-1))[..., rows] / count[rows].log()
         self.logit_stats = {
-            "max_logit": logits[finite].abs().max().detach(),
+            # NaN or inf logits give a NaN or inf statistic, never an error: the caller decides.
+            "max_logit": logits.abs().masked_fill(~allowed, 0.0).amax().detach(),
             "entropy": entropy.mean().detach(),
         }
-        attn = F.dropout(attn, self.dropout, self.training)
+        attn = F.dropout(attn, self.attn_dropout, self.training)
         return attn @ v
 
 
@@ -250,17 +258,15 @@ class MLP(nn.Module):
         norm_kind: str = "layer",
         eps: float = 1e-5,
         bias: bool = True,
-        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
         self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
         self.mid_norm = make_norm(norm_kind, d_ff, eps, bias) if mid_norm else nn.Identity()
-        self.drop = nn.Dropout(dropout)
         self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.mid_norm(self.act(self.fc1(x)))))
+        return self.fc2(self.mid_norm(self.act(self.fc1(x))))
 
 
 class Block(nn.Module):
@@ -268,7 +274,9 @@ class Block(nn.Module):
 
     ``n_layers`` is the depth of the stack the block lives in: it sets DeepNorm's alpha and beta
     (decoder-only, unless ``deepnorm_alpha``/``deepnorm_beta`` override them) and the GPT-2 init's
-    residual scale. ``init`` is one of `INIT_SCHEMES` (see `init_block_`).
+    residual scale. ``init`` is one of `INIT_SCHEMES` (see `init_block_`). ``dropout`` acts on each
+    sub-layer's output after its last norm, just before the addition (as fairseq), so that a norm
+    never undoes dropout's rescaling; ``attn_dropout`` drops attention probabilities.
     """
 
     def __init__(
@@ -281,6 +289,7 @@ class Block(nn.Module):
         norm_kind: str = "layer",
         d_ff: Optional[int] = None,
         dropout: float = 0.0,
+        attn_dropout: float = 0.0,
         bias: bool = True,
         activation: str = "gelu",
         eps: float = 1e-5,
@@ -299,8 +308,9 @@ class Block(nn.Module):
         _choice(norm_kind, NORM_KINDS, "norm_kind")
         _choice(activation, ACTIVATIONS, "activation")
         _choice(init, INIT_SCHEMES, "init")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        for name, rate in (("dropout", dropout), ("attn_dropout", attn_dropout)):
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {rate}")
 
         _, coef = deepnorm_coefficients(decoder_layers=n_layers)
         alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if p.shortcut_scale else 1.0
@@ -318,12 +328,13 @@ class Block(nn.Module):
         self.ffn_in, self.ffn_out, self.ffn_trunk = norm_if(p.in_norm), norm_if(p.ffn_out_norm), norm_if(p.trunk_norm)
         self.attn = Attention(
             d_model, n_heads, qk_norm=qk_norm, head_scale=p.head_scale, norm_kind=norm_kind,
-            eps=eps, bias=bias, dropout=dropout, causal=causal,
+            eps=eps, bias=bias, attn_dropout=attn_dropout, causal=causal,
         )  # fmt: skip
         self.mlp = MLP(
             d_model, d_ff, activation=activation, mid_norm=p.ffn_mid_norm, norm_kind=norm_kind,
-            eps=eps, bias=bias, dropout=dropout,
+            eps=eps, bias=bias,
         )  # fmt: skip
+        self.attn_drop, self.ffn_drop = nn.Dropout(dropout), nn.Dropout(dropout)
         init_block_(self, init, n_layers=n_layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -331,10 +342,10 @@ class Block(nn.Module):
 
     # Every variant's tell-tale lines: the same two, with identities in the unused slots.
     def attn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self.attn_trunk(self.alpha * x + self.attn_out(self.attn(self.attn_in(x))))
+        return self.attn_trunk(self.alpha * x + self.attn_drop(self.attn_out(self.attn(self.attn_in(x)))))
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn_trunk(self.alpha * x + self.ffn_out(self.mlp(self.ffn_in(x))))
+        return self.ffn_trunk(self.alpha * x + self.ffn_drop(self.ffn_out(self.mlp(self.ffn_in(x)))))
 
 
 def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
@@ -344,30 +355,42 @@ def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
       output projections (W_o, fc2) scaled by 1/sqrt(2 n_layers), as GPT-2 and nanoGPT do. It keeps
       the residual stream's growth at init small, which is what makes deep pre-LN stacks train.
     - ``"xavier"``: Xavier-normal weights and zero biases, as Xiong et al. (2002.04745) assume.
-    - ``"torch"``: leave PyTorch's default `nn.Linear` init (for parity tests and curiosity).
+    - ``"torch"``: PyTorch's default `nn.Linear` init (for parity tests and curiosity).
 
-    DeepNorm's beta then multiplies the init scale of W_v, W_o, fc1 and fc2 (Wang et al. 2022),
-    replacing GPT-2's 1/sqrt(2 n_layers) factor, which does the same job.
+    DeepNorm's beta follows one rule in every scheme: it multiplies the init of W_v, W_o, fc1 and
+    fc2 and leaves W_q, W_k alone (Wang et al. 2022). Under ``"xavier"`` that is the paper's
+    Xavier-normal with gain beta; under ``"torch"`` it is torchscale's: the default init, weights
+    and biases, times beta; under ``"gpt2"`` the std is 0.02 * beta, and beta takes the place of
+    GPT-2's 1/sqrt(2 n_layers) on W_o and fc2 (both shrink the branches; applying both would
+    shrink them twice). For any other placement beta is 1 and the schemes are as listed.
     """
-    if scheme == "torch":
-        return
     a, m, beta = block.attn, block.mlp, block.beta
     deepnorm = block.placement.shortcut_scale
     residual = 1.0 if deepnorm else 1.0 / math.sqrt(2 * n_layers)
     gains = {a.q: 1.0, a.k: 1.0, a.v: beta, a.o: beta, m.fc1: beta, m.fc2: beta}
-    for layer, gain in gains.items():
-        if scheme == "xavier":
-            nn.init.xavier_normal_(layer.weight, gain=gain)
-        else:
-            scale = residual if layer in (a.o, m.fc2) else 1.0
-            nn.init.normal_(layer.weight, std=0.02 * gain * scale)
-        if layer.bias is not None:
-            nn.init.zeros_(layer.bias)
+    with torch.no_grad():
+        for layer, gain in gains.items():
+            if scheme == "torch":
+                layer.weight.mul_(gain)
+                if layer.bias is not None:
+                    layer.bias.mul_(gain)
+                continue
+            if scheme == "xavier":
+                nn.init.xavier_normal_(layer.weight, gain=gain)
+            else:
+                scale = residual if layer in (a.o, m.fc2) else 1.0
+                nn.init.normal_(layer.weight, std=0.02 * gain * scale)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
 
 class TransformerLM(nn.Module):
     """A decoder-only causal LM: token + learned position embeddings, `n_layers` Blocks, final norm
-    exactly when the variant needs one (`Placement.final_norm`), untied LM head."""
+    exactly when the variant needs one (`Placement.final_norm`), untied LM head.
+
+    ``deepnorm_alpha`` / ``deepnorm_beta`` override DeepNorm's constants in every block (for
+    DeepNet's Post-LN-init baseline, alpha = beta = 1, or GLM-130B's alpha = (2N)^(1/2)).
+    """
 
     def __init__(
         self,
@@ -382,10 +405,13 @@ class TransformerLM(nn.Module):
         norm_kind: str = "layer",
         d_ff: Optional[int] = None,
         dropout: float = 0.0,
+        attn_dropout: float = 0.0,
         bias: bool = True,
         activation: str = "gelu",
         eps: float = 1e-5,
         init: str = "gpt2",
+        deepnorm_alpha: Optional[float] = None,
+        deepnorm_beta: Optional[float] = None,
     ) -> None:
         super().__init__()
         _positive(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_seq_len=max_seq_len)
@@ -403,11 +429,14 @@ class TransformerLM(nn.Module):
                 norm_kind=norm_kind,
                 d_ff=d_ff,
                 dropout=dropout,
+                attn_dropout=attn_dropout,
                 bias=bias,
                 activation=activation,
                 eps=eps,
                 init=init,
                 n_layers=n_layers,
+                deepnorm_alpha=deepnorm_alpha,
+                deepnorm_beta=deepnorm_beta,
             )  # fmt: skip
             for _ in range(n_layers)
         )

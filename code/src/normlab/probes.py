@@ -1,11 +1,16 @@
 """Measurements on a model at a moment: gradients per layer, residual-stream norms, attention-logit
-statistics, and how far a trained model's output has moved from its initial one.
+statistics, norm-input scales, and how far a trained model's output has moved from its initial one.
+
+Every probe runs in a stated mode (``train=False``, eval mode, by default: no dropout mask is
+sampled, so a measurement is a function of the weights) and leaves the model's modes as it found them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import warnings
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -14,54 +19,108 @@ from torch import nn
 from .model import Attention, RMSNorm, TransformerLM
 
 __all__ = [
+    "mode",
+    "layer_grad_stats",
     "grad_norms",
     "residual_stream",
     "residual_norms",
     "stack_jacobian",
+    "norm_input_scale",
     "record_attention_logits",
     "attention_stats",
     "model_update",
 ]
 
+GRAD_STATS = ("l2", "l1_mean")
 
-def grad_norms(model: TransformerLM, x: torch.Tensor, y: torch.Tensor, param: str = "mlp.fc2.weight") -> torch.Tensor:
-    """||dLoss/dW||_F for the parameter ``param`` of every block, input side first: shape [L].
 
-    The default is the FFN's second matrix, W^2 in Xiong et al. (2002.04745), whose last-layer
-    gradient their Theorem 1 bounds.
-    """
+@contextlib.contextmanager
+def mode(module: nn.Module, train: bool) -> Iterator[nn.Module]:
+    """Put ``module`` in train or eval mode for the block, then restore every submodule's own mode."""
+    before = [(m, m.training) for m in module.modules()]
+    module.train(train)
+    try:
+        yield module
+    finally:
+        for m, was in before:
+            m.training = was
+
+
+def _block_param(model: TransformerLM, param: str) -> list[torch.nn.Parameter]:
     names = dict(model.blocks[0].named_parameters())
     if param not in names:
         raise ValueError(f"unknown block parameter {param!r}; valid choices: {', '.join(names)}")
-    model.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
-    out = torch.stack([dict(b.named_parameters())[param].grad.norm() for b in model.blocks]).detach()
-    model.zero_grad(set_to_none=True)
+    return [dict(b.named_parameters())[param] for b in model.blocks]
+
+
+def layer_grad_stats(model: TransformerLM, param: str = "mlp.fc2.weight") -> dict[str, list[float]]:
+    """From the gradients now stored in ``model``: per block, input side first, for parameter
+    ``param``: ``l2`` = ||dL/dW||_F and ``l1_mean`` = mean |dL/dW_ij| (NormFormer's Fig. 2 measure);
+    and ``block_l2``, the L2 norm over all of the block's parameters. A missing gradient counts as 0.
+
+    The training loop logs exactly this, before clipping; `grad_norms` computes it on a batch.
+    """
+    out: dict[str, list[float]] = {"l2": [], "l1_mean": [], "block_l2": []}
+    for block, p in zip(model.blocks, _block_param(model, param)):
+        g = p.grad
+        out["l2"].append(0.0 if g is None else float(g.norm()))
+        out["l1_mean"].append(0.0 if g is None else float(g.abs().mean()))
+        sq = sum(float(q.grad.pow(2).sum()) for q in block.parameters() if q.grad is not None)
+        out["block_l2"].append(math.sqrt(sq))
+    return out
+
+
+def grad_norms(
+    model: TransformerLM,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    param: str = "mlp.fc2.weight",
+    *,
+    stat: str = "l2",
+    train: bool = False,
+) -> torch.Tensor:
+    """The gradient of the loss on (x, y) for ``param`` of every block, input side first: shape [L].
+
+    ``stat`` is one of ``"l2"`` (Frobenius norm) or ``"l1_mean"`` (mean absolute entry); the default
+    parameter is the FFN's second matrix, W^2 in Xiong et al. (2002.04745), whose last-layer gradient
+    their Theorem 1 bounds. Eval mode unless ``train=True``. The model's gradients are cleared after.
+    """
+    if stat not in GRAD_STATS:
+        raise ValueError(f"unknown gradient statistic {stat!r}; valid choices: {', '.join(GRAD_STATS)}")
+    _block_param(model, param)  # validates the name before any work
+    with mode(model, train):
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+        out = torch.tensor(layer_grad_stats(model, param)[stat])
+        model.zero_grad(set_to_none=True)
     return out
 
 
 @torch.no_grad()
-def residual_stream(model: TransformerLM, idx: torch.Tensor) -> list[torch.Tensor]:
+def residual_stream(model: TransformerLM, idx: torch.Tensor, *, train: bool = False) -> list[torch.Tensor]:
     """The residual stream x_0 (the embeddings) .. x_L (the last block's output, before any final
-    norm), each [B, T, d]: the trunk that post-LN normalises and pre-LN leaves alone."""
+    norm), each [B, T, d]: the trunk that post-LN normalises and pre-LN leaves alone. Eval mode
+    unless ``train=True``."""
     seen: list[torch.Tensor] = []
     hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: seen.append(args[0]))]
     hooks += [b.register_forward_hook(lambda m, args, out: seen.append(out)) for b in model.blocks]
     try:
-        model(idx)
+        with mode(model, train):
+            model(idx)
     finally:
         for h in hooks:
             h.remove()
     return seen
 
 
-def residual_norms(model: TransformerLM, idx: torch.Tensor) -> torch.Tensor:
-    """E||x_l||^2 / d for l = 0 .. L, averaged over batch and positions: shape [L + 1]."""
-    return torch.stack([x.pow(2).mean() for x in residual_stream(model, idx)])
+def residual_norms(model: TransformerLM, idx: torch.Tensor, *, train: bool = False) -> torch.Tensor:
+    """E||x_l||^2 / d for l = 0 .. L, averaged over batch and positions: shape [L + 1]. Eval mode
+    unless ``train=True``."""
+    return torch.stack([x.pow(2).mean() for x in residual_stream(model, idx, train=train)])
 
 
 def stack_jacobian(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
-    """d x_L / d x_0 through ``blocks`` for one sequence x: [T, d] -> a [T*d, T*d] matrix."""
+    """d x_L / d x_0 through ``blocks`` (in eval mode) for one sequence x: [T, d] -> a [T*d, T*d] matrix."""
 
     def trunk(x0: torch.Tensor) -> torch.Tensor:
         h = x0[None]
@@ -69,7 +128,9 @@ def stack_jacobian(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor
             h = block(h)
         return h[0]
 
-    with warnings.catch_warnings():
+    with contextlib.ExitStack() as stack, warnings.catch_warnings():
+        for block in blocks:
+            stack.enter_context(mode(block, False))
         # functorch falls back to a loop for SDPA's backward on the CPU and says so; it is only slower.
         warnings.filterwarnings("ignore", message=".*performance drop.*")
         j = torch.func.jacrev(trunk)(x)
@@ -77,26 +138,38 @@ def stack_jacobian(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor
     return j.reshape(n, n).detach()
 
 
-@torch.no_grad()
-def norm_input_rms(model: TransformerLM, idx: torch.Tensor) -> list[float]:
-    """Root-mean-square of the input to every LayerNorm/RMSNorm of the blocks, in forward order.
+def _norm_scale(module: nn.Module, x: torch.Tensor) -> float:
+    """What the norm divides by, averaged over tokens: sigma = sqrt(var + eps) for LayerNorm (its
+    Jacobian scales as gamma / sigma) and rms = sqrt(mean x^2 + eps) for RMSNorm."""
+    if isinstance(module, RMSNorm):
+        return float((x.pow(2).mean(-1) + module.eps).sqrt().mean())
+    return float((x.var(-1, unbiased=False) + module.eps).sqrt().mean())
 
-    For post-LN these are the trunk sums x + F(x): when they grow, the norm's Jacobian (about
-    gamma / rms) shrinks and the gradient through it vanishes (DeepNet 2203.00555, Fig. 4).
+
+@torch.no_grad()
+def norm_input_scale(model: TransformerLM, idx: torch.Tensor, *, train: bool = False) -> dict[str, float]:
+    """For every LayerNorm/RMSNorm of the blocks, in the order the forward pass calls them: the scale
+    it divides its input by (sigma for LayerNorm, rms for RMSNorm), averaged over tokens. Keys are
+    module names (``blocks.0.attn_trunk``, ``blocks.0.attn.q_norm``, ...). Eval mode unless
+    ``train=True``.
+
+    For post-LN these are the trunk sums x + F(x): when they grow, the norm's Jacobian shrinks and
+    the gradient through it vanishes (DeepNet 2203.00555, Fig. 4).
     """
-    norms = [m for b in model.blocks for m in b.modules() if isinstance(m, (nn.LayerNorm, RMSNorm))]
-    seen: dict[int, float] = {}
+    names = {m: f"blocks.{name}" for name, m in model.blocks.named_modules() if isinstance(m, (nn.LayerNorm, RMSNorm))}
+    seen: dict[str, float] = {}  # dicts keep insertion order: the order of the calls
 
     def record(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:  # returning None keeps the input
-        seen.setdefault(id(module), float(args[0].pow(2).mean().sqrt()))
+        seen.setdefault(names[module], _norm_scale(module, args[0]))
 
-    hooks = [m.register_forward_pre_hook(record) for m in norms]
+    hooks = [m.register_forward_pre_hook(record) for m in names]
     try:
-        model(idx)
+        with mode(model, train):
+            model(idx)
     finally:
         for h in hooks:
             h.remove()
-    return [seen[id(m)] for m in norms]
+    return seen
 
 
 def record_attention_logits(model: nn.Module, on: bool) -> list[Attention]:
@@ -108,11 +181,16 @@ def record_attention_logits(model: nn.Module, on: bool) -> list[Attention]:
 
 
 @torch.no_grad()
-def attention_stats(model: TransformerLM, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per layer: the largest |attention logit| and the mean attention entropy (nats): shapes [L]."""
+def attention_stats(model: TransformerLM, idx: torch.Tensor, *, train: bool = False) -> dict[str, torch.Tensor]:
+    """Per layer, input side first, shapes [L]: ``max_logit``, the largest |q.k / sqrt(d_head)| over
+    the positions a query may attend, and ``entropy``, the attention entropy of each query divided
+    by ln(number of positions it attends) and averaged (1 = uniform, 0 = one-hot; independent of the
+    sequence length). Its own forward pass, eval mode unless ``train=True``; it never raises on a
+    blown-up model: non-finite logits give non-finite statistics."""
     attns = record_attention_logits(model, True)
     try:
-        model(idx)
+        with mode(model, train):
+            model(idx)
     finally:
         record_attention_logits(model, False)
     return {
@@ -123,6 +201,8 @@ def attention_stats(model: TransformerLM, idx: torch.Tensor) -> dict[str, torch.
 
 @torch.no_grad()
 def model_update(model: TransformerLM, model0: TransformerLM, idx: torch.Tensor) -> float:
-    """||F(x; theta_t) - F(x; theta_0)|| / ||F(x; theta_0)|| on the final hidden state (DeepNet Fig. 4)."""
-    h, h0 = model.hidden(idx), model0.hidden(idx)
+    """||F(x; theta_t) - F(x; theta_0)|| / ||F(x; theta_0)|| on the final hidden state (DeepNet Fig. 4),
+    both models in eval mode: with equal weights it is exactly 0, whatever the dropout rate."""
+    with mode(model, False), mode(model0, False):
+        h, h0 = model.hidden(idx), model0.hidden(idx)
     return float((h - h0).norm() / h0.norm())

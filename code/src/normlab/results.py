@@ -1,5 +1,5 @@
 """Run many training jobs and keep their results in a small JSON file with their provenance, so a
-stored result always says what produced it: configuration, code and torch versions, device, date.
+stored result always says what produced it: configuration, code and torch versions, device, data.
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import platform
 import subprocess
 from pathlib import Path
@@ -16,8 +17,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import Corpus, load_corpus
-from .scale import get_device, get_scale
-from .train import TrainConfig, TrainResult, run, show_progress
+from .model import Placement
+from .scale import get_device, get_scale, seed_base
+from .train import TrainConfig, TrainResult, run
 
 __all__ = ["run_many", "provenance", "save_results", "load_results"]
 
@@ -26,39 +28,48 @@ def run_many(
     jobs: Sequence[tuple[dict[str, Any], TrainConfig]],
     *,
     corpus: Optional[Corpus] = None,
-    progress: Optional[bool] = None,
+    progress: bool = False,
     desc: str = "runs",
 ) -> list[TrainResult]:
-    """`run` every (model kwargs, config) pair in order, with one progress bar for the lot."""
+    """`run` every (model kwargs, config) pair in order; ``progress=True`` shows one bar for the lot."""
     corpus = corpus or load_corpus()
-    show = show_progress() if progress is None else progress
-    return [run(m, c, corpus=corpus, progress=False) for m, c in tqdm(jobs, desc=desc, disable=not show, leave=False)]
+    return [run(m, c, corpus=corpus) for m, c in tqdm(jobs, desc=desc, disable=not progress, leave=False)]
 
 
-def _revision() -> str:
+def _git(*args: str) -> Optional[str]:
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() or "not a git checkout"
+        out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
-        return "not a git checkout"
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _device_name() -> str:
+    device = get_device()
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(0)
+    if device.type == "mps":
+        return f"Apple MPS ({platform.machine()})"
+    return f"{platform.machine()} CPU"
 
 
 def provenance(corpus: Optional[Corpus] = None) -> dict[str, Any]:
-    """Where a result came from: scale, device, versions, code revision, corpus fingerprint, date."""
+    """Where a result came from: scale, seed base, device, versions, code revision (and whether the
+    working tree had uncommitted changes), corpus fingerprint, date."""
     from . import __version__
 
-    device = get_device()
-    name = torch.cuda.get_device_name(0) if device.type == "cuda" else f"{platform.machine()} CPU"
+    revision = _git("rev-parse", "--short", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if revision else None
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "scale": get_scale(),
-        "device": name,
+        "seed_base": seed_base(),
+        "device": _device_name(),
         "torch_threads": torch.get_num_threads(),
         "normlab": __version__,
-        "revision": _revision(),
+        "revision": revision or "not a git checkout",
+        "dirty": bool(status) if revision else None,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "corpus_sha256": corpus.fingerprint[:12] if corpus is not None else None,
@@ -66,9 +77,10 @@ def provenance(corpus: Optional[Corpus] = None) -> dict[str, Any]:
 
 
 def _round(obj: Any, digits: int = 5) -> Any:
-    """Floats to ``digits`` significant digits: a stored grid stays small and diffs stay readable."""
+    """Floats to ``digits`` significant digits (a stored grid stays small and diffs stay readable);
+    a value that is not a finite number becomes null, so the file is strict JSON."""
     if isinstance(obj, float):
-        return float(f"{obj:.{digits}g}")
+        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: _round(v, digits) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -76,19 +88,49 @@ def _round(obj: Any, digits: int = 5) -> Any:
     return obj
 
 
+def _encode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: {"Placement": dataclasses.asdict(v)} if isinstance(v, Placement) else v for k, v in kwargs.items()}
+
+
+def _decode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: Placement(**v["Placement"]) if isinstance(v, dict) and set(v) == {"Placement"} else v
+        for k, v in kwargs.items()
+    }
+
+
 def save_results(path: Union[str, Path], results: Sequence[TrainResult], meta: dict[str, Any]) -> None:
-    """Write ``results`` and ``meta`` (e.g. ``{"provenance": provenance(), "grid": ...}``) as JSON,
-    floats to 5 significant digits, per-step learning rates left out (the config gives them)."""
-    rows = [{k: v for k, v in dataclasses.asdict(r).items() if k != "lrs"} for r in results]
+    """Write ``results`` and ``meta`` (e.g. ``{"provenance": provenance(corpus), "grid": ...}``) as
+    strict JSON, floats to 5 significant digits; `load_results` gives back equal results."""
+    rows = []
+    for r in results:
+        row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "trained_model"}
+        row["model"] = _encode_model(r.model)
+        rows.append(row)
     payload = _round({"meta": meta, "results": rows})
-    Path(path).write_text(json.dumps(payload, separators=(",", ":"), default=float) + "\n")
+    Path(path).write_text(json.dumps(payload, separators=(",", ":"), allow_nan=False) + "\n")
 
 
-def load_results(path: Union[str, Path]) -> tuple[list[TrainResult], dict[str, Any]]:
-    """Read what `save_results` wrote: the results and their metadata."""
+def load_results(
+    path: Union[str, Path], corpus: Optional[Corpus] = None, *, check_corpus: bool = True
+) -> tuple[list[TrainResult], dict[str, Any]]:
+    """Read what `save_results` wrote: the results and their metadata. With ``check_corpus`` (the
+    default) the stored corpus fingerprint must match ``corpus`` (default: the shipped corpus), so
+    results trained on other data are never read as if they were ours."""
     payload = json.loads(Path(path).read_text())
+    meta = payload["meta"]
+    stored = meta.get("provenance", {}).get("corpus_sha256")
+    if check_corpus:
+        live = (corpus or load_corpus()).fingerprint[:12]
+        if stored != live:
+            raise ValueError(
+                f"{path} was trained on corpus {stored}, not on this corpus ({live}); "
+                "rerun it, or pass check_corpus=False to read it anyway"
+            )
     results = []
     for r in payload["results"]:
         r["evals"] = [tuple(e) for e in r["evals"]]
+        r["model"] = _decode_model(r["model"])
+        r["config"]["betas"] = tuple(r["config"]["betas"])
         results.append(TrainResult(**r))
-    return results, payload["meta"]
+    return results, meta

@@ -1,13 +1,13 @@
 """One training loop for every model config: AdamW, a schedule, probes, and divergence detection.
 
 A run that blows up ends with ``status="diverged"`` and a finite loss curve; it never raises.
+Probes observe without perturbing: a tracked and an untracked run with one seed are identical.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
@@ -19,12 +19,13 @@ from tqdm.auto import tqdm
 
 from .data import Corpus, load_corpus
 from .model import TransformerLM
-from .probes import model_update, record_attention_logits
-from .scale import get_device, get_scale
+from .probes import attention_stats, layer_grad_stats, mode, model_update
+from .scale import get_device
 
 __all__ = [
     "SCHEDULES",
     "OUTCOMES",
+    "WEIGHT_DECAY_MODES",
     "lr_multiplier",
     "TrainConfig",
     "TrainResult",
@@ -35,6 +36,8 @@ __all__ = [
 
 SCHEDULES = ("constant", "cosine", "inverse-sqrt", "wsd")
 OUTCOMES = ("trained", "stalled", "diverged")
+WEIGHT_DECAY_MODES = ("coupled", "independent")
+Probe = Callable[[TransformerLM, torch.Tensor, torch.Tensor], dict[str, Any]]
 
 
 def lr_multiplier(
@@ -44,12 +47,15 @@ def lr_multiplier(
 
     Every schedule starts with a linear warmup of ``warmup`` steps (0 for none). Then:
     ``constant`` stays at 1; ``cosine`` decays to ``min_ratio`` at ``total``; ``wsd`` (warmup-
-    stable-decay) stays at 1 and decays linearly to ``min_ratio`` over the last ``decay_fraction``
-    of the run; ``inverse-sqrt`` is Vaswani et al.'s d^-0.5 min(s^-0.5, s w^-1.5), rescaled so that
-    its peak (at s = w) is 1: min(s/w, sqrt(w/s)).
+    stable-decay) stays at 1 and decays linearly to ``min_ratio`` over the last
+    ``ceil(decay_fraction * total)`` steps, or from the end of the warmup if that comes later, so
+    the rate never jumps; ``inverse-sqrt`` is Vaswani et al.'s d^-0.5 min(s^-0.5, s w^-1.5),
+    rescaled so that its peak (at s = w) is 1: min(s/w, sqrt(w/s)).
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; valid choices: {', '.join(SCHEDULES)}")
+    if not 0.0 < decay_fraction <= 1.0:
+        raise ValueError(f"decay_fraction must be in (0, 1], got {decay_fraction}")
     s = max(step, 1)
     if schedule == "inverse-sqrt":
         return min(s / warmup, math.sqrt(warmup / s)) if warmup > 0 else 1.0 / math.sqrt(s)
@@ -60,7 +66,7 @@ def lr_multiplier(
     if schedule == "cosine":
         progress = min((s - warmup) / max(total - warmup, 1), 1.0)
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-    decay_start = total - int(decay_fraction * total)
+    decay_start = max(warmup, total - math.ceil(decay_fraction * total))
     if s <= decay_start:
         return 1.0
     return 1.0 - (1 - min_ratio) * min((s - decay_start) / max(total - decay_start, 1), 1.0)
@@ -68,7 +74,12 @@ def lr_multiplier(
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a run needs besides the model. Defaults follow Xiong et al.'s Adam (beta2 0.98)."""
+    """Everything a run needs besides the model. Defaults follow Xiong et al.'s Adam (beta2 0.98).
+
+    Weight decay: ``"coupled"`` is torch's AdamW (each step shrinks weights by lr_t * weight_decay,
+    so an LR sweep also sweeps the decay); ``"independent"`` shrinks them by weight_decay * lr_t /
+    lr, following the schedule but not the peak rate (Wortsman et al. 2023, 2309.14322).
+    """
 
     steps: int = 300
     batch_size: int = 16
@@ -77,30 +88,55 @@ class TrainConfig:
     schedule: str = "cosine"
     warmup: int = 0
     min_lr_ratio: float = 0.1
+    decay_fraction: float = 0.2  # wsd only: the share of the run spent decaying
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-8
     weight_decay: float = 0.0
+    weight_decay_mode: str = "coupled"
     clip: Optional[float] = None
     seed: int = 0
     eval_every: int = 50
-    eval_batches: int = 8
-    log_every: int = 10  # per-layer gradient norms, update size (and the optional probes below)
-    track_attention: bool = False  # max attention logit and entropy at log steps (explicit attention)
+    eval_windows: int = 256  # the fixed validation set: this many windows, evenly spaced, every run
+    log_every: int = 10  # per-layer gradients (before clipping), update size, optional probes below
+    grad_param: str = "mlp.fc2.weight"  # the block parameter whose gradient is logged per layer
+    track_attention: bool = False  # per-layer max attention logit and entropy at log steps
     track_model_update: bool = False  # ||F(x; theta_t) - F(x; theta_0)|| / ||F(x; theta_0)||
-    diverge_factor: float = 2.0  # loss above this multiple of the first loss counts as diverged
+    diverge_window: int = 20  # this many steps in a row worse than uniform guessing: diverged
+    spike_threshold: float = 1.0  # nats above the best 10-step mean so far: a spike
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches", "log_every"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"TrainConfig.{name} must be positive, got {getattr(self, name)}")
-        if self.warmup < 0 or self.lr <= 0:
-            raise ValueError(f"need lr > 0 and warmup >= 0, got lr={self.lr}, warmup={self.warmup}")
-        lr_multiplier(self.schedule, 1, warmup=self.warmup, total=self.steps)  # validates the name
+        for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_windows", "log_every", "diverge_window"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr}")
+        if not 0 <= self.warmup <= self.steps:
+            raise ValueError(f"TrainConfig.warmup must be in [0, steps={self.steps}], got {self.warmup}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
+        if not (self.eps > 0 and self.weight_decay >= 0 and self.spike_threshold > 0):
+            raise ValueError("TrainConfig needs eps > 0, weight_decay >= 0 and spike_threshold > 0")
+        if self.weight_decay_mode not in WEIGHT_DECAY_MODES:
+            raise ValueError(
+                f"unknown weight_decay_mode {self.weight_decay_mode!r}; valid choices: {', '.join(WEIGHT_DECAY_MODES)}"
+            )
+        object.__setattr__(self, "betas", tuple(self.betas))  # a list from JSON becomes the tuple again
+        lr_multiplier(self.schedule, 1, warmup=self.warmup, total=self.steps, decay_fraction=self.decay_fraction)
 
 
 @dataclass
 class TrainResult:
-    """What a run recorded. Curves hold finite values only; a diverged run stops at ``diverged_at``."""
+    """What a run recorded. Curves and logs hold finite values only; a diverged run stops at
+    ``diverged_at``.
+
+    ``logs`` has one record per log step: ``grad_norms`` (per block, the L2 norm of the gradient
+    over all the block's parameters), ``grad_l2`` and ``grad_l1_mean`` (per block, for the
+    parameter ``config["grad_param"]``), all taken before clipping; ``update_size``
+    (||delta theta|| / ||theta||); with tracking, per-layer ``max_logit`` and ``entropy`` (see
+    `probes.attention_stats`) and ``model_update``; and whatever the probe callback returned.
+    ``unigram_val`` is the loss of the training bytes' unigram model on the run's own validation
+    set: the level a model that learned only byte frequencies reaches.
+    """
 
     config: dict[str, Any]
     model: dict[str, Any] = field(default_factory=dict)
@@ -110,33 +146,79 @@ class TrainResult:
     lrs: list[float] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
     logs: list[dict[str, Any]] = field(default_factory=list)  # probes at log steps
+    spikes: list[int] = field(default_factory=list)  # steps whose loss jumped (see TrainConfig)
+    unigram_val: Optional[float] = None
+    final: dict[str, Any] = field(default_factory=dict)  # what run(final_probe=...) measured at the end
     seconds: float = 0.0
+    trained_model: Optional[nn.Module] = field(default=None, repr=False, compare=False)  # run(keep_model=True)
 
     @property
     def final_val_loss(self) -> float:
         """The last validation loss; nan for a diverged run (plot helpers mark it instead)."""
         return self.evals[-1][1] if self.evals and self.status != "diverged" else float("nan")
 
+    @property
+    def spiked(self) -> bool:
+        return bool(self.spikes)
 
-def _block_grad_norms(model: TransformerLM) -> list[float]:
-    norms = []
-    for block in model.blocks:
-        sq = sum(float(p.grad.pow(2).sum()) for p in block.parameters() if p.grad is not None)
-        norms.append(math.sqrt(sq))
-    return norms
+
+class LossMonitor:
+    """Watches the training loss step by step and says when a run has diverged or spiked.
+
+    Diverged: a non-finite loss, or ``window`` losses in a row above max(ln V, the first loss):
+    worse than guessing uniformly and worse than at the start, for a sustained stretch. A spike: a
+    loss more than ``spike_threshold`` nats above the best 10-step mean so far.
+    """
+
+    def __init__(self, vocab_size: int, window: int = 20, spike_threshold: float = 1.0) -> None:
+        self.uniform, self.window, self.spike_threshold = math.log(vocab_size), window, spike_threshold
+        self.ceiling: Optional[float] = None
+        self.above, self.recent, self.best_mean = 0, [], math.inf
+        self.diverged = self.spiked = False
+
+    def update(self, loss: float) -> None:
+        """Take one step's loss; sets ``diverged`` (sticky) and ``spiked`` (this step only)."""
+        if not math.isfinite(loss):
+            self.diverged, self.spiked = True, False
+            return
+        self.ceiling = max(self.uniform, loss) if self.ceiling is None else self.ceiling
+        self.above = self.above + 1 if loss > self.ceiling else 0
+        self.diverged = self.diverged or self.above >= self.window
+        self.spiked = len(self.recent) == 10 and loss > self.best_mean + self.spike_threshold
+        self.recent = (self.recent + [loss])[-10:]
+        if len(self.recent) == 10:
+            self.best_mean = min(self.best_mean, sum(self.recent) / 10)
+
+
+def adamw_weight_decay(config: TrainConfig) -> float:
+    """The ``weight_decay`` to hand torch's AdamW, which shrinks weights by lr_t * weight_decay per
+    step: ``config.weight_decay`` when coupled, ``config.weight_decay / config.lr`` when independent
+    (so the shrink is weight_decay * lr_t / lr, whatever the peak rate)."""
+    return config.weight_decay if config.weight_decay_mode == "coupled" else config.weight_decay / config.lr
+
+
+def _finite(value: Any) -> bool:
+    """True when every number in ``value`` (a number, or nested lists/dicts of them) is finite."""
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return bool(torch.isfinite(value).all())
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return True
 
 
 @torch.no_grad()
-def _val_loss(model: TransformerLM, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    model.eval()
-    total = sum(float(F.cross_entropy(model(x).flatten(0, 1), y.flatten())) for x, y in batches)
-    model.train()
-    return total / len(batches)
-
-
-def show_progress() -> bool:
-    """Progress bars on, except in CI logs and at the ci scale."""
-    return not os.environ.get("CI") and get_scale() != "ci"
+def _val_loss(model: TransformerLM, x: torch.Tensor, y: torch.Tensor, chunk: int = 64) -> float:
+    """Mean loss per byte over the whole fixed validation set, in eval mode."""
+    with mode(model, False):
+        total = sum(
+            float(F.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), reduction="sum"))
+            for xb, yb in zip(x.split(chunk), y.split(chunk))
+        )
+    return total / y.numel()
 
 
 def train(
@@ -145,82 +227,94 @@ def train(
     config: TrainConfig,
     *,
     device: Optional[torch.device] = None,
-    progress: Optional[bool] = None,
-    probe: Optional[Callable[[TransformerLM, torch.Tensor], dict[str, Any]]] = None,
+    progress: bool = False,
+    probe: Optional[Probe] = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``corpus`` with AdamW and ``config.schedule``.
 
-    The batches come from a generator seeded with ``config.seed``; seed the model's init yourself
-    (or use `run`). On the CPU the same seed gives the same losses, bit for bit. ``probe(model, x)``,
-    if given, runs after the update at every log step on a fixed validation batch ``x``, and what
-    it returns is added to that step's record.
+    ``progress=True`` shows a bar for this run (off by default, so a notebook's outputs are the same
+    at every scale). The batches come from a generator seeded with ``config.seed``; seed the model's init yourself
+    (or use `run`). On the CPU the same seed gives the same losses, bit for bit, whatever is
+    tracked. Every evaluation uses one fixed validation set (``config.eval_windows`` windows,
+    the same for every seed). ``probe(model, x, y)``, if given, runs after the update at every log
+    step on the first ``batch_size`` windows of that set, and what it returns is added to that
+    step's record. The run ends ``"diverged"`` when a loss, a gradient statistic, a probe value or
+    a validation loss is not finite, or when the training loss stays above max(ln V, first loss)
+    for ``config.diverge_window`` steps in a row (worse than guessing uniformly, for a while).
     """
     device = device or get_device()
     model.to(device).train()
     gen = torch.Generator().manual_seed(config.seed)
-    val_gen = torch.Generator().manual_seed(config.seed + 1)
-    val_batches = [
-        tuple(t.to(device) for t in corpus.batch("val", config.batch_size, config.seq_len, val_gen))
-        for _ in range(config.eval_batches)
-    ]
-    probe_x = val_batches[0][0]
+    val_x, val_y = (t.to(device) for t in corpus.eval_set(config.seq_len, config.eval_windows))
+    probe_x, probe_y = val_x[: config.batch_size], val_y[: config.batch_size]
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    wd = adamw_weight_decay(config)
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
         lr=config.lr,
         betas=config.betas,
         eps=config.eps,
     )
-    model0 = copy.deepcopy(model).eval() if config.track_model_update else None
-    result = TrainResult(config=asdict(config))
-    first_loss: Optional[float] = None
+    model0 = copy.deepcopy(model) if config.track_model_update else None
+    result = TrainResult(config=asdict(config), unigram_val=corpus.unigram_loss(val_y.cpu()))
+    watch = LossMonitor(corpus.vocab_size, config.diverge_window, config.spike_threshold)
     start = time.perf_counter()
-    show = show_progress() if progress is None else progress
-    bar = tqdm(range(1, config.steps + 1), disable=not show, leave=False, desc="train")
+    bar = tqdm(range(1, config.steps + 1), disable=not progress, leave=False, desc="train")
+
+    def diverge(step: int) -> None:
+        result.status, result.diverged_at = "diverged", step
+
     for step in bar:
         lr = config.lr * lr_multiplier(
-            config.schedule, step, warmup=config.warmup, total=config.steps, min_ratio=config.min_lr_ratio
-        )
+            config.schedule, step, warmup=config.warmup, total=config.steps,
+            min_ratio=config.min_lr_ratio, decay_fraction=config.decay_fraction,
+        )  # fmt: skip
         for group in opt.param_groups:
             group["lr"] = lr
         log_now = step == 1 or step % config.log_every == 0
-        attns = record_attention_logits(model, config.track_attention and log_now)
         x, y = (t.to(device) for t in corpus.batch("train", config.batch_size, config.seq_len, gen))
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         value = float(loss.detach())
-        first_loss = value if first_loss is None else first_loss
-        if not math.isfinite(value) or value > config.diverge_factor * first_loss:
-            result.status, result.diverged_at = "diverged", step
-            record_attention_logits(model, False)
+        watch.update(value)
+        if not math.isfinite(value):
+            diverge(step)
             break
+        if watch.spiked:
+            result.spikes.append(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if log_now:
+            stats = layer_grad_stats(model, config.grad_param)
+            record: dict[str, Any] = {"step": step, "grad_norms": stats["block_l2"],
+                                      "grad_l2": stats["l2"], "grad_l1_mean": stats["l1_mean"]}  # fmt: skip
+            before = [p.detach().clone() for p in model.parameters()]
         if config.clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-        if log_now:
-            record: dict[str, Any] = {"step": step, "grad_norms": _block_grad_norms(model)}
-            if config.track_attention:
-                record["max_logit"] = max(float(a.logit_stats["max_logit"]) for a in attns)
-                record["entropy"] = sum(float(a.logit_stats["entropy"]) for a in attns) / len(attns)
-                record_attention_logits(model, False)
-            before = [p.detach().clone() for p in model.parameters()]
         opt.step()
         result.losses.append(value)
         result.lrs.append(lr)
+        if watch.diverged:
+            diverge(step)
+            break
         if log_now:
             delta = math.sqrt(sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(model.parameters(), before)))
-            norm = math.sqrt(sum(float(b.pow(2).sum()) for b in before))
-            record["update_size"] = delta / norm
+            record["update_size"] = delta / math.sqrt(sum(float(b.pow(2).sum()) for b in before))
+            if config.track_attention:
+                att = attention_stats(model, probe_x)
+                record["max_logit"], record["entropy"] = att["max_logit"].tolist(), att["entropy"].tolist()
             if model0 is not None:
                 record["model_update"] = model_update(model, model0, probe_x)
             if probe is not None:
-                record.update(probe(model, probe_x))
+                record.update(probe(model, probe_x, probe_y))
+            if not _finite(record):
+                diverge(step)
+                break
             result.logs.append(record)
         if step % config.eval_every == 0 or step == config.steps:
-            val = _val_loss(model, val_batches)
+            val = _val_loss(model, val_x, val_y)
             if not math.isfinite(val):
-                result.status, result.diverged_at = "diverged", step
+                diverge(step)
                 break
             result.evals.append((step, val))
             bar.set_postfix(loss=f"{value:.3f}", val=f"{val:.3f}")
@@ -235,22 +329,43 @@ def run(
     *,
     corpus: Optional[Corpus] = None,
     device: Optional[torch.device] = None,
-    progress: Optional[bool] = None,
-    probe: Optional[Callable[[TransformerLM, torch.Tensor], dict[str, Any]]] = None,
+    progress: bool = False,
+    probe: Optional[Probe] = None,
+    final_probe: Optional[Probe] = None,
+    keep_model: bool = False,
 ) -> TrainResult:
-    """Seed, build ``TransformerLM(corpus.vocab_size, **model_kwargs)``, train; the result keeps both configs."""
+    """Seed, build ``TransformerLM(corpus.vocab_size, **model_kwargs)``, train; the result keeps both
+    configs. ``final_probe(model, x, y)`` runs once on the trained model (on the first validation
+    windows) into ``result.final``, unless the run diverged; ``keep_model=True`` hands the trained
+    model back as ``result.trained_model`` (never saved with the results)."""
     corpus = corpus or load_corpus()
     torch.manual_seed(config.seed)
     model = TransformerLM(corpus.vocab_size, **model_kwargs)
     result = train(model, corpus, config, device=device, progress=progress, probe=probe)
     result.model = dict(model_kwargs)
+    if final_probe is not None and result.status != "diverged":
+        device = next(model.parameters()).device
+        x, y = (t[: config.batch_size].to(device) for t in corpus.eval_set(config.seq_len, config.eval_windows))
+        result.final = final_probe(model, x, y)
+    if keep_model:
+        result.trained_model = model
     return result
 
 
-def classify_outcome(result: TrainResult, unigram_entropy: float, margin: float = 0.1) -> str:
-    """``diverged`` if the loop stopped it; ``stalled`` if its validation loss stayed within
-    ``margin`` nats of the unigram entropy (it learned byte frequencies and nothing more); else
-    ``trained``."""
+def classify_outcome(result: TrainResult, margin: float = 0.1) -> str:
+    """What became of a run, by what the words mean:
+
+    - ``diverged``: the loop stopped it (a non-finite value, or worse than uniform guessing for
+      ``diverge_window`` steps in a row);
+    - ``stalled``: it finished, but its validation loss is within ``margin`` nats of
+      ``result.unigram_val``, the loss of byte frequencies alone on the same validation set: it
+      learned nothing a unigram model does not know;
+    - ``trained``: it finished more than ``margin`` nats below that level.
+
+    Whether the curve spiked on the way is a separate flag, ``result.spiked``.
+    """
     if result.status == "diverged":
         return "diverged"
-    return "stalled" if result.final_val_loss > unigram_entropy - margin else "trained"
+    if result.unigram_val is None:
+        raise ValueError("this result has no unigram_val (it predates fixed validation sets); rerun it")
+    return "stalled" if result.final_val_loss > result.unigram_val - margin else "trained"
