@@ -1,7 +1,12 @@
 """Sphinx extension for the normlab book: pages generated at build time from what actually ran.
 
 - ``{normlab-claims}``: every claim the chapters asserted with `normlab.claims.check`, read from
-  the executed notebooks in the execution cache (so it is right even when nothing re-executed).
+  the notebooks as this build executed them (failed claims included: they show as failed).
+- The execution cache is kept per scale and seed base (``_build/.jupyter_cache/ci-seed0``, ...),
+  so switching ``NORMLAB_SCALE`` or ``NORMLAB_SEED_BASE`` re-executes the chapters instead of
+  showing results from another scale; a claim recorded at another scale fails the build.
+- A figure cell (``mystnb.figure`` metadata) must produce exactly one display output, or myst-nb
+  names several outputs after one figure: a warning, so the strict build fails.
 - ``{normlab-costs}``: the measured execution time of every chapter at each scale, from the
   JSON files that `scripts/measure_costs.py` writes (one per scale, with their provenance).
 """
@@ -9,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -49,30 +53,64 @@ def _notebook_docs(app: Sphinx) -> list[str]:
     return [d for d in order if str(env.doc2path(d)).endswith(".ipynb")]
 
 
-def _executed(app: Sphinx, docname: str) -> nbformat.NotebookNode | None:
-    from jupyter_cache import get_cache
+def run_key() -> tuple[str, int]:
+    """The scale and seed base this build executes at (what the chapters' `normlab` reads)."""
+    from normlab.scale import get_scale, seed_base
 
-    path = app.config.nb_execution_cache_path or os.path.join(os.path.dirname(app.outdir), ".jupyter_cache")
-    source = nbformat.read(str(app.env.doc2path(docname)), as_version=4)
-    try:
-        record = get_cache(path).match_cache_notebook(source)
-    except KeyError:
-        return None
-    return get_cache(path).get_cache_bundle(record.pk).nb
+    return get_scale(), seed_base()
+
+
+def per_run_cache(app: Sphinx, config: Any) -> None:
+    """One execution cache per scale and seed base. Changing the path changes the configuration,
+    so Sphinx re-reads (and myst-nb re-executes or re-uses) every chapter when the key changes."""
+    scale, base = run_key()
+    root = Path(app.outdir).parent / ".jupyter_cache"
+    config.nb_execution_cache_path = str(root / f"{scale}-seed{base}")
+
+
+def _executed(app: Sphinx, docname: str) -> nbformat.NotebookNode | None:
+    """The notebook as myst-nb executed (or took from the cache) for this build, errors included."""
+    path = Path(app.outdir).parent / "jupyter_execute" / f"{docname}.ipynb"
+    return nbformat.read(str(path), as_version=4) if path.exists() else None
+
+
+def check_figure_outputs(app: Sphinx, doctree: nodes.document) -> None:
+    """Warn when a cell with figure metadata produced more than one display output."""
+    docname = app.env.docname
+    if not str(app.env.doc2path(docname)).endswith(".ipynb"):
+        return
+    nb = _executed(app, docname)
+    for index, cell in enumerate(nb.cells if nb is not None else []):
+        figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
+        shown = [o for o in cell.get("outputs", []) if o.get("output_type") in ("display_data", "execute_result")]
+        if figure and len(shown) != 1:
+            kinds = ", ".join(sorted({k for o in shown for k in o.get("data", {})})) or "none"
+            logger.warning(
+                f"normlab: figure {figure.get('name')!r} (cell {index}) produced {len(shown)} display outputs "
+                f"({kinds}); a figure cell must display exactly one image",
+                location=docname,
+            )
 
 
 def collect_claims(app: Sphinx) -> list[tuple[str, dict[str, Any]]]:
+    scale, base = run_key()
     claims = []
     for docname in _notebook_docs(app):
         nb = _executed(app, docname)
         if nb is None:
-            logger.warning(f"normlab: no executed copy of {docname} in the cache; its claims are missing")
+            logger.warning(f"normlab: no executed copy of {docname}; its claims are missing")
             continue
         for cell in nb.cells:
             for output in cell.get("outputs", []):
                 record = output.get("metadata", {}).get(CLAIM_KEY)
-                if record:
-                    claims.append((docname, record))
+                if not record:
+                    continue
+                if (record.get("scale"), record.get("seed_base", 0)) != (scale, base):
+                    logger.warning(
+                        f"normlab: claim {record['id']} in {docname} was measured at scale {record.get('scale')}, "
+                        f"seed base {record.get('seed_base', 0)}, but this build is at scale {scale}, seed base {base}"
+                    )
+                claims.append((docname, record))
     return claims
 
 
@@ -109,8 +147,10 @@ def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
     claims = collect_claims(app)
     held = sum(1 for _, c in claims if c["holds"])
     scales = sorted({c.get("scale", "?") for _, c in claims})
+    bases = sorted({str(c.get("seed_base", 0)) for _, c in claims})
     summary = nodes.paragraph(
-        text=f"{held} of {len(claims)} claims held when this book was built (scale: {', '.join(scales) or 'none'})."
+        text=f"{held} of {len(claims)} claims held when this book was built "
+        f"(scale: {', '.join(scales) or 'none'}; seed base: {', '.join(bases) or 'none'})."
     )
     out: list[nodes.Node] = [summary]
     for doc in dict.fromkeys(d for d, _ in claims):  # chapters in order, once each
@@ -180,6 +220,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_node(costs_placeholder)
     app.add_directive("normlab-claims", ClaimsDirective)
     app.add_directive("normlab-costs", CostsDirective)
+    app.connect("config-inited", per_run_cache)
     app.connect("env-get-outdated", always_outdated)
+    app.connect("doctree-read", check_figure_outputs)
     app.connect("doctree-resolved", resolve)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
