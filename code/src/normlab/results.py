@@ -55,12 +55,12 @@ def _device_name() -> str:
 
 
 def provenance(corpus: Optional[Corpus] = None) -> dict[str, Any]:
-    """Where a result came from: scale, seed base, device, versions, code revision (and whether the
-    working tree had uncommitted changes), corpus fingerprint, date."""
+    """Where a result came from: scale, seed base, device, versions, code revision (and ``dirty``:
+    whether normlab's own source had uncommitted changes), corpus fingerprint, date."""
     from . import __version__
 
     revision = _git("rev-parse", "--short", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if revision else None
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".") if revision else None
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "scale": get_scale(),
