@@ -7,6 +7,8 @@
   showing results from another scale; a claim recorded at another scale fails the build.
 - A figure cell (``mystnb.figure`` metadata) must produce exactly one display output, or myst-nb
   names several outputs after one figure: a warning, so the strict build fails.
+- ``{normlab-sources}``: "The sources, checked": every statement of the course notes and the
+  explainer that a chapter checks (`check(..., source=, quote=, verdict=)`), with our measurement.
 - ``{normlab-costs}``: the measured execution time of every chapter at each scale, from the
   JSON files that `scripts/measure_costs.py` writes (one per scale, with their provenance).
 """
@@ -25,7 +27,8 @@ from sphinx.util.docutils import SphinxDirective
 
 logger = logging.getLogger(__name__)
 CLAIM_KEY = "normlab_claim"  # normlab.claims.CLAIM_METADATA_KEY; the build need not import torch
-GENERATED = ("book/claims", "book/costs")
+GENERATED = ("book/claims", "book/costs", "book/sources")
+SOURCE_NAMES = {"course notes": "the course notes", "explainer": "the explainer"}
 
 
 class claims_placeholder(nodes.General, nodes.Element):
@@ -34,6 +37,15 @@ class claims_placeholder(nodes.General, nodes.Element):
 
 class costs_placeholder(nodes.General, nodes.Element):
     pass
+
+
+class sources_placeholder(nodes.General, nodes.Element):
+    pass
+
+
+class SourcesDirective(SphinxDirective):
+    def run(self) -> list[nodes.Node]:
+        return [sources_placeholder()]
 
 
 class ClaimsDirective(SphinxDirective):
@@ -138,9 +150,41 @@ def _table(header: list[str], rows: list[list[nodes.Node]], widths: list[int]) -
     return table
 
 
-def _link(app: Sphinx, fromdoc: str, todoc: str) -> nodes.Node:
+def _link(app: Sphinx, fromdoc: str, todoc: str, anchor: str = "") -> nodes.Node:
     title = app.env.titles[todoc].astext() if todoc in app.env.titles else todoc
-    return nodes.reference(text=title, refuri=app.builder.get_relative_uri(fromdoc, todoc))
+    uri = app.builder.get_relative_uri(fromdoc, todoc) + (f"#{anchor}" if anchor else "")
+    return nodes.reference(text=title, refuri=uri)
+
+
+def _anchor_link(app: Sphinx, fromdoc: str, doc: str, claim: dict[str, Any]) -> nodes.Node:
+    uri = app.builder.get_relative_uri(fromdoc, doc) + f"#claim-{claim['id']}"
+    return nodes.reference(text="✓ holds" if claim["holds"] else "✗ FAILS", refuri=uri)
+
+
+def _sources_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
+    """One row per statement of the sources that a chapter checks: quote, verdict, our measurement."""
+    rows, verdicts = [], {}
+    for doc, c in collect_claims(app):
+        if not c.get("source"):
+            continue
+        verdicts[c["verdict"]] = verdicts.get(c["verdict"], 0) + 1
+        where = nodes.paragraph()
+        where += _link(app, fromdoc, doc, f"claim-{c['id']}")
+        rows.append(
+            [
+                nodes.Text(SOURCE_NAMES.get(c["source"], c["source"])),
+                nodes.Text(f"\u201c{c['quote']}\u201d"),
+                nodes.strong(text=c["verdict"]),
+                nodes.Text(("" if c["holds"] else "✗ our check FAILED: ") + f"{c['statement']} ({c['measured']})"),
+                where,
+            ]
+        )
+    if not rows:
+        return [nodes.paragraph(text="No chapter of this build checked a statement of the sources.")]
+    tally = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+    summary = nodes.paragraph(text=f"{len(rows)} statements checked: {tally}.")
+    header = ["source", "statement", "verdict", "what we measured", "where"]
+    return [summary, _table(header, rows, [10, 30, 10, 38, 12])]
 
 
 def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
@@ -157,7 +201,7 @@ def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
         out.append(nodes.paragraph("", "", nodes.strong("", "", _link(app, fromdoc, doc))))
         rows = [
             [
-                nodes.Text("✓ holds" if c["holds"] else "✗ FAILS"),
+                nodes.paragraph("", "", _anchor_link(app, fromdoc, d, c)),
                 nodes.Text(c["statement"]),
                 nodes.Text(c["measured"]),
             ]
@@ -208,6 +252,8 @@ def resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
         node.replace_self(_claims_table(app, docname))
     for node in doctree.findall(costs_placeholder):
         node.replace_self(_costs_table(app, docname))
+    for node in doctree.findall(sources_placeholder):
+        node.replace_self(_sources_table(app, docname))
 
 
 def always_outdated(app: Sphinx, env: Any, added: set, changed: set, removed: set) -> list[str]:
@@ -220,6 +266,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_node(costs_placeholder)
     app.add_directive("normlab-claims", ClaimsDirective)
     app.add_directive("normlab-costs", CostsDirective)
+    app.add_node(sources_placeholder)
+    app.add_directive("normlab-sources", SourcesDirective)
     app.connect("config-inited", per_run_cache)
     app.connect("env-get-outdated", always_outdated)
     app.connect("doctree-read", check_figure_outputs)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import normlab
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
@@ -56,3 +58,6 @@ def test_colab_cell_install_keeps_the_preinstalled_torch(tmp_path):
     hint = _run(python, "import sys, types; sys.modules['google.colab'] = types.ModuleType('google.colab'); "
                 "import normlab; print(normlab.describe_environment())")  # fmt: skip
     assert "device=cpu" in hint and "Change runtime type" in hint
+    # The installed package carries its corpus: the same bytes as here, whatever this Python is.
+    fingerprint = _run(python, "import normlab; print(normlab.load_corpus().fingerprint)")
+    assert fingerprint.startswith(normlab.CORPUS_SHA256)

@@ -52,7 +52,13 @@ def check(
     if source is not None:
         record.update(source=source, quote=quote, verdict=verdict)
     text = f"[claim {claim_id}] {'holds' if holds else 'FAILS'}: {statement} (measured: {measured})"
-    markdown = f"{'✓ **Claim holds:**' if holds else '✗ **Claim FAILS:**'} {statement}  \n*Measured:* {measured}"
+    # The anchor lets "The sources, checked" and the claims index link to this very output.
+    anchor = f'<span id="claim-{claim_id}"></span>'
+    verdict_line = "✓ **Claim holds:**" if holds else "✗ **Claim FAILS:**"
+    markdown = f"{anchor}{verdict_line} {statement}  \n*Measured:* {measured}"
+    if source is not None:
+        markdown += f'  \n*Checks {SOURCES[source]}:* "{quote}" ({verdict})'
+
     try:
         from IPython import get_ipython
         from IPython.display import display
