@@ -86,22 +86,30 @@ def _executed(app: Sphinx, docname: str) -> nbformat.NotebookNode | None:
     return nbformat.read(str(path), as_version=4) if path.exists() else None
 
 
-def check_figure_outputs(app: Sphinx, doctree: nodes.document) -> None:
-    """Warn when a cell with figure metadata produced more than one display output."""
-    docname = app.env.docname
-    if not str(app.env.doc2path(docname)).endswith(".ipynb"):
-        return
-    nb = _executed(app, docname)
-    for index, cell in enumerate(nb.cells if nb is not None else []):
+def figure_output_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """Figure cells (``mystnb.figure`` metadata) that did not display exactly one output: myst-nb
+    would give each of several outputs the figure's name (a progress-bar widget plus the image,
+    say), which a strict build rejects only at the scale where it happens."""
+    problems = []
+    for index, cell in enumerate(nb.cells):
         figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
         shown = [o for o in cell.get("outputs", []) if o.get("output_type") in ("display_data", "execute_result")]
         if figure and len(shown) != 1:
             kinds = ", ".join(sorted({k for o in shown for k in o.get("data", {})})) or "none"
-            logger.warning(
-                f"normlab: figure {figure.get('name')!r} (cell {index}) produced {len(shown)} display outputs "
-                f"({kinds}); a figure cell must display exactly one image",
-                location=docname,
+            problems.append(
+                f"figure {figure.get('name')!r} (cell {index}) produced {len(shown)} display outputs ({kinds}); "
+                "a figure cell must display exactly one image"
             )
+    return problems
+
+
+def check_figure_outputs(app: Sphinx, doctree: nodes.document) -> None:
+    docname = app.env.docname
+    if not str(app.env.doc2path(docname)).endswith(".ipynb"):
+        return
+    nb = _executed(app, docname)
+    for problem in figure_output_problems(nb) if nb is not None else []:
+        logger.warning(f"normlab: {problem}", location=docname)
 
 
 def collect_claims(app: Sphinx) -> list[tuple[str, dict[str, Any]]]:

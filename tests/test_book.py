@@ -40,3 +40,32 @@ def test_notebooks_are_committed_without_outputs():
     for path in setup_cell.notebooks():
         nb = nbformat.read(path, as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{path} has stored outputs"
+
+
+def test_a_figure_cell_with_more_than_one_display_output_is_reported():
+    """The bug that broke the cpu-scale build: a progress-bar widget and the image in one figure cell."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    from normlab_book import figure_output_problems
+
+    image = nbformat.v4.new_output("display_data", data={"image/png": "", "text/plain": "<Figure>"})
+    widget = nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {}})
+    text = nbformat.v4.new_output("stream", name="stdout", text="10 runs\n")
+    good = nbformat.v4.new_code_cell(metadata={"mystnb": {"figure": {"name": "fig-good"}}}, outputs=[text, image])
+    bad = nbformat.v4.new_code_cell(metadata={"mystnb": {"figure": {"name": "fig-bad"}}}, outputs=[widget, image])
+    plain = nbformat.v4.new_code_cell(outputs=[widget, image])  # not a figure: anything goes
+    problems = figure_output_problems(nbformat.v4.new_notebook(cells=[good, bad, plain]))
+    assert len(problems) == 1 and "fig-bad" in problems[0] and "2 display outputs" in problems[0]
+
+
+def test_runs_and_sweeps_show_no_progress_bar_unless_asked():
+    """Sweeps and runs are silent by default, whatever the scale, so the ci build's outputs are the
+    reader's outputs (a bar is a widget output in a notebook)."""
+    import inspect
+
+    import normlab
+
+    assert inspect.signature(normlab.train).parameters["progress"].default is False
+    assert inspect.signature(normlab.run).parameters["progress"].default is False
+    assert inspect.signature(normlab.results.run_many).parameters["progress"].default is False
