@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from .data import Corpus, load_corpus
 from .model import Placement
 from .scale import get_device, get_scale, seed_base
-from .train import TrainConfig, TrainResult, run
+from .train import TrainConfig, TrainResult, lr_multiplier, run
 
 __all__ = ["run_many", "provenance", "save_results", "load_results"]
 
@@ -101,10 +101,12 @@ def _decode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def save_results(path: Union[str, Path], results: Sequence[TrainResult], meta: dict[str, Any]) -> None:
     """Write ``results`` and ``meta`` (e.g. ``{"provenance": provenance(corpus), "grid": ...}``) as
-    strict JSON, floats to 5 significant digits; `load_results` gives back equal results."""
+    strict JSON, floats to 5 significant digits, without the per-step learning rates (the config
+    gives them); `load_results` gives back equal results."""
     rows = []
     for r in results:
-        row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "trained_model"}
+        # The per-step learning rates follow from the config: `load_results` recomputes them.
+        row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name not in ("trained_model", "lrs")}
         row["model"] = _encode_model(r.model)
         rows.append(row)
     payload = _round({"meta": meta, "results": rows})
@@ -132,5 +134,11 @@ def load_results(
         r["evals"] = [tuple(e) for e in r["evals"]]
         r["model"] = _decode_model(r["model"])
         r["config"]["betas"] = tuple(r["config"]["betas"])
+        c = r["config"]
+        r["lrs"] = [
+            c["lr"] * lr_multiplier(c["schedule"], step, warmup=c["warmup"], total=c["steps"],
+                                    min_ratio=c["min_lr_ratio"], decay_fraction=c.get("decay_fraction", 0.2))
+            for step in range(1, len(r["losses"]) + 1)
+        ]  # fmt: skip
         results.append(TrainResult(**r))
     return results, meta
