@@ -371,3 +371,8 @@ def test_run_hands_back_the_model_and_a_final_probe(corpus, tmp_path):
     assert len(result.final["residual"]) == TINY["n_layers"] + 1
     save_results(tmp_path / "r.json", [result], {"provenance": provenance(corpus)})
     assert "trained_model" not in (tmp_path / "r.json").read_text()
+
+
+def test_provenance_names_an_apple_gpu_as_such(monkeypatch):
+    monkeypatch.setattr(sys.modules["normlab.results"], "get_device", lambda: torch.device("mps"))
+    assert provenance()["device"].startswith("Apple MPS")
