@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from .data import Corpus, load_corpus
 from .model import Placement
 from .scale import get_device, get_scale, seed_base
-from .train import TrainConfig, TrainResult, lr_multiplier, run
+from .train import Probe, TrainConfig, TrainResult, lr_multiplier, run
 
 __all__ = ["run_many", "provenance", "save_results", "load_results"]
 
@@ -30,10 +30,13 @@ def run_many(
     corpus: Optional[Corpus] = None,
     progress: bool = False,
     desc: str = "runs",
+    final_probe: Optional[Probe] = None,
 ) -> list[TrainResult]:
-    """`run` every (model kwargs, config) pair in order; ``progress=True`` shows one bar for the lot."""
+    """`run` every (model kwargs, config) pair in order; ``progress=True`` shows one bar for the lot;
+    ``final_probe`` is passed to every `run`."""
     corpus = corpus or load_corpus()
-    return [run(m, c, corpus=corpus) for m, c in tqdm(jobs, desc=desc, disable=not progress, leave=False)]
+    jobs = tqdm(jobs, desc=desc, disable=not progress, leave=False)
+    return [run(m, c, corpus=corpus, final_probe=final_probe) for m, c in jobs]
 
 
 def _git(*args: str) -> Optional[str]:
