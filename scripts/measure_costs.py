@@ -3,7 +3,9 @@
     OMP_NUM_THREADS=1 python scripts/measure_costs.py --scale cpu
 
 writes book/_data/costs-<scale>.json, which the book's "What each chapter costs" page renders.
-Run it on the machine you want to describe (a GPU runtime for --scale gpu).
+Run it on the machine you want to describe (a GPU runtime for --scale gpu). With ``--from-build``
+it executes nothing and reads the times a cold build at that scale recorded in its execution cache
+(``_build/.jupyter_cache/<scale>-seed0``): one cold build then gives both the book and its costs.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", required=True, choices=["ci", "cpu", "gpu"])
     ap.add_argument("--only", nargs="*", help="chapter docnames to (re)measure; others keep their old values")
+    ap.add_argument("--from-build", action="store_true", help="read the times of a cold build instead of executing")
     args = ap.parse_args()
     os.environ["NORMLAB_SCALE"] = args.scale
     import torch
@@ -50,7 +53,17 @@ def main() -> None:
     out = ROOT / "book" / "_data" / f"costs-{args.scale}.json"
     old = json.loads(out.read_text())["seconds"] if out.exists() and args.only else {}
     seconds = dict(old)
-    for doc in chapters():
+    if args.from_build:
+        from jupyter_cache import get_cache
+
+        records = get_cache(str(ROOT / "_build" / ".jupyter_cache" / f"{args.scale}-seed0")).list_cache_records()
+        timed = {Path(r.uri).resolve(): r.data.get("execution_seconds") for r in records}
+        for doc in chapters():
+            took = timed.get((ROOT / f"{doc}.ipynb").resolve())
+            if took is None:
+                sys.exit(f"{doc} has no execution time in the {args.scale} build's cache: build cold first")
+            seconds[doc] = round(took, 1)
+    for doc in [] if args.from_build else chapters():
         if args.only and doc not in args.only:
             continue
         path = ROOT / f"{doc}.ipynb"
