@@ -135,7 +135,7 @@ def collect_claims(app: Sphinx) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _table(header: list[str], rows: list[list[nodes.Node]], widths: list[int]) -> nodes.table:
-    table = nodes.table(classes=["normlab-table"])
+    table = nodes.table(classes=["normlab-table", "colwidths-given"])
     group = nodes.tgroup(cols=len(header))
     table += group
     for w in widths:
@@ -192,7 +192,7 @@ def _sources_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
     tally = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
     summary = nodes.paragraph(text=f"{len(rows)} statements checked: {tally}.")
     header = ["source", "statement", "verdict", "what we measured", "where"]
-    return [summary, _table(header, rows, [10, 30, 10, 38, 12])]
+    return [summary, _table(header, rows, [12, 27, 14, 35, 12])]
 
 
 def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
