@@ -81,7 +81,19 @@ def per_run_cache(app: Sphinx, config: Any) -> None:
 
 
 def _executed(app: Sphinx, docname: str) -> nbformat.NotebookNode | None:
-    """The notebook as myst-nb executed (or took from the cache) for this build, errors included."""
+    """The notebook as this build executed it or took it from the cache, outputs included.
+
+    A cache hit is merged from the execution cache (myst-nb writes the notebook *without* its
+    cached outputs to jupyter_execute/ then); a notebook that failed is not cached, and its
+    partial outputs, errors included, are read from jupyter_execute/.
+    """
+    from jupyter_cache import get_cache
+
+    source = nbformat.read(str(app.env.doc2path(docname)), as_version=4)
+    try:
+        return get_cache(app.config.nb_execution_cache_path).merge_match_into_notebook(source)[1]
+    except KeyError:
+        pass
     path = Path(app.outdir).parent / "jupyter_execute" / f"{docname}.ipynb"
     return nbformat.read(str(path), as_version=4) if path.exists() else None
 
@@ -93,7 +105,13 @@ def figure_output_problems(nb: nbformat.NotebookNode) -> list[str]:
     problems = []
     for index, cell in enumerate(nb.cells):
         figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
-        shown = [o for o in cell.get("outputs", []) if o.get("output_type") in ("display_data", "execute_result")]
+        shown = [
+            o
+            for o in cell.get("outputs", [])
+            if o.get("output_type") in ("display_data", "execute_result")
+            # myst-nb's glue records are stored as outputs but never displayed
+            and not all(k.startswith("application/papermill.record/") for k in o.get("data", {}))
+        ]
         if figure and len(shown) != 1:
             kinds = ", ".join(sorted({k for o in shown for k in o.get("data", {})})) or "none"
             problems.append(

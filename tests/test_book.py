@@ -52,7 +52,9 @@ def test_a_figure_cell_with_more_than_one_display_output_is_reported():
     image = nbformat.v4.new_output("display_data", data={"image/png": "", "text/plain": "<Figure>"})
     widget = nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {}})
     text = nbformat.v4.new_output("stream", name="stdout", text="10 runs\n")
-    good = nbformat.v4.new_code_cell(metadata={"mystnb": {"figure": {"name": "fig-good"}}}, outputs=[text, image])
+    glued = nbformat.v4.new_output("display_data", data={"application/papermill.record/text/plain": "1.0"})
+    figure = {"mystnb": {"figure": {"name": "fig-good"}}}
+    good = nbformat.v4.new_code_cell(metadata=figure, outputs=[text, glued, image])
     bad = nbformat.v4.new_code_cell(metadata={"mystnb": {"figure": {"name": "fig-bad"}}}, outputs=[widget, image])
     plain = nbformat.v4.new_code_cell(outputs=[widget, image])  # not a figure: anything goes
     problems = figure_output_problems(nbformat.v4.new_notebook(cells=[good, bad, plain]))
