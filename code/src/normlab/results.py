@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import inspect
 import json
 import math
+import multiprocessing as mp
+import os
 import platform
 import subprocess
+import sys
+import traceback
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -21,7 +30,69 @@ from .model import Placement
 from .scale import get_device, get_scale, seed_base
 from .train import Probe, TrainConfig, TrainResult, lr_multiplier, run
 
-__all__ = ["run_many", "provenance", "save_results", "load_results"]
+__all__ = ["run_many", "default_workers", "SweepError", "provenance", "save_results", "load_results"]
+
+
+class SweepError(RuntimeError):
+    """Some runs of a sweep raised. The others finished (and, with a store, were saved); ``failures``
+    holds (job index, model kwargs, config, traceback text) for each failed run."""
+
+    def __init__(self, failures: list[tuple[int, dict[str, Any], TrainConfig, str]], total: int) -> None:
+        self.failures = failures
+        lines = [f"{len(failures)} of {total} runs failed; the others finished:"]
+        for i, model_kwargs, config, tb in failures:
+            last = tb.strip().splitlines()[-1] if tb.strip() else "no traceback"
+            what = f"model {model_kwargs}, lr {config.lr}, warmup {config.warmup}, seed {config.seed}"
+            lines.append(f"  job {i}: {what}: {last}")
+        super().__init__("\n".join(lines))
+
+
+def default_workers() -> int:
+    """How many worker processes `run_many` uses by default: one per core this process may use,
+    where worker processes can start by forking (Linux) and the runs train on the CPU; else 1.
+
+    Forking is what lets a notebook's own probe functions reach the workers; on macOS and
+    Windows, and on a GPU (where many processes would share one device), runs stay in-process.
+    """
+    if get_device().type != "cpu" or "fork" not in mp.get_all_start_methods() or sys.platform == "darwin":
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - platforms without sched_getaffinity
+        return max(1, os.cpu_count() or 1)
+
+
+def _job_key(model_kwargs: dict[str, Any], config: TrainConfig, final_probe: Optional[Probe]) -> str:
+    """A name for one run in a store: a hash of everything that determines its result."""
+    from . import __version__
+
+    probe = None
+    if final_probe is not None:
+        try:
+            probe = inspect.getsource(final_probe)
+        except (OSError, TypeError):
+            probe = getattr(final_probe, "__qualname__", repr(final_probe))
+    spec = {"model": _encode_model(model_kwargs), "config": dataclasses.asdict(config), "final_probe": probe,
+            "normlab": __version__, "torch": torch.__version__}  # fmt: skip
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=repr).encode()).hexdigest()[:20]
+
+
+# The sweep a worker process reads its jobs from. It is set in the parent before the workers fork,
+# so only job indices and results cross between processes (a notebook's probe needs no pickling).
+_SWEEP: dict[str, Any] = {}
+
+
+def _init_worker() -> None:
+    # One torch thread per worker: two 1-thread processes on 2 cores each run at solo speed.
+    torch.set_num_threads(1)
+
+
+def _run_job(i: int) -> tuple[int, Optional[TrainResult], Optional[str]]:
+    model_kwargs, config = _SWEEP["jobs"][i]
+    try:
+        return i, run(model_kwargs, config, corpus=_SWEEP["corpus"], final_probe=_SWEEP["final_probe"]), None
+    except Exception:
+        return i, None, traceback.format_exc()
 
 
 def run_many(
@@ -31,12 +102,87 @@ def run_many(
     progress: bool = False,
     desc: str = "runs",
     final_probe: Optional[Probe] = None,
+    workers: Optional[int] = None,
+    store: Union[str, Path, None] = None,
 ) -> list[TrainResult]:
-    """`run` every (model kwargs, config) pair in order; ``progress=True`` shows one bar for the lot;
-    ``final_probe`` is passed to every `run`."""
+    """`run` every (model kwargs, config) pair; the results come back in the order of ``jobs``.
+
+    ``workers`` processes (default `default_workers`: the cores there are) train the runs side by
+    side, one torch thread each; every run seeds itself, so the results equal a sequential sweep's.
+    ``progress=True`` shows one bar counting finished runs. ``final_probe`` is passed to every `run`.
+    ``store`` (a directory) makes the sweep resumable: each run is saved there as it finishes, at
+    full precision, and a rerun loads the runs already stored instead of training them again, so an
+    interrupted sweep (a Colab disconnect, a laptop that sleeps) picks up where it stopped and ends
+    with the same results. A run that raises does not stop the others: they finish (and are
+    stored), then a `SweepError` names each failed run's configuration.
+    """
     corpus = corpus or load_corpus()
-    jobs = tqdm(jobs, desc=desc, disable=not progress, leave=False)
-    return [run(m, c, corpus=corpus, final_probe=final_probe) for m, c in jobs]
+    jobs = list(jobs)
+    workers = default_workers() if workers is None else workers
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers > 1 and (get_device().type != "cpu" or "fork" not in mp.get_all_start_methods()):
+        raise ValueError(
+            f"workers={workers} needs CPU training on a system that can fork worker processes (Linux); "
+            f"here the device is {get_device().type} on {sys.platform}: use workers=1"
+        )
+    results: list[Optional[TrainResult]] = [None] * len(jobs)
+    paths: list[Optional[Path]] = [None] * len(jobs)
+    meta = {"provenance": provenance(corpus)} if store is not None else {}
+    if store is not None:
+        Path(store).mkdir(parents=True, exist_ok=True)
+        for i, (model_kwargs, config) in enumerate(jobs):
+            paths[i] = Path(store) / f"run-{_job_key(model_kwargs, config, final_probe)}.json"
+            if paths[i].exists():
+                results[i] = load_results(paths[i], corpus)[0][0]
+    todo = [i for i, r in enumerate(results) if r is None]
+    failures: list[tuple[int, dict[str, Any], TrainConfig, str]] = []
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc=desc, disable=not progress, leave=False)
+
+    def finish(i: int, result: Optional[TrainResult], error: Optional[str]) -> None:
+        if error is not None:
+            failures.append((i, jobs[i][0], jobs[i][1], error))
+        else:
+            results[i] = result
+            if paths[i] is not None:
+                tmp = paths[i].with_suffix(".tmp")
+                save_results(tmp, [result], meta, digits=None)
+                os.replace(tmp, paths[i])  # a run is stored whole or not at all
+        bar.update()
+
+    _SWEEP.update(jobs=jobs, corpus=corpus, final_probe=final_probe)
+    try:
+        if workers == 1 or len(todo) <= 1:
+            for i in todo:
+                finish(*_run_job(i))
+        else:
+            with warnings.catch_warnings():
+                # Python 3.12 warns about forking a process that has threads (a Jupyter kernel
+                # does); the workers only train, on one torch thread each, and never touch them.
+                warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+                context = mp.get_context("fork")
+                n = min(workers, len(todo))
+                pool = ProcessPoolExecutor(n, mp_context=context, initializer=_init_worker)
+                done = False
+                try:
+                    pending = [pool.submit(_run_job, i) for i in todo]
+                    for future in as_completed(pending):
+                        finish(*future.result())
+                    done = True
+                except BrokenProcessPool as error:
+                    lost = [i for i in todo if results[i] is None and i not in {f[0] for f in failures}]
+                    failures.extend((i, jobs[i][0], jobs[i][1], f"a worker process died: {error!r}") for i in lost)
+                finally:
+                    if not done:  # interrupted: stop the workers now rather than finishing their runs
+                        for process in list((getattr(pool, "_processes", None) or {}).values()):
+                            process.terminate()
+                    pool.shutdown(wait=done, cancel_futures=True)
+    finally:
+        _SWEEP.clear()
+        bar.close()
+    if failures:
+        raise SweepError(sorted(failures, key=lambda f: f[0]), len(jobs))
+    return results  # type: ignore[return-value]
 
 
 def _git(*args: str) -> Optional[str]:
@@ -79,11 +225,14 @@ def provenance(corpus: Optional[Corpus] = None) -> dict[str, Any]:
     }
 
 
-def _round(obj: Any, digits: int = 5) -> Any:
-    """Floats to ``digits`` significant digits (a stored grid stays small and diffs stay readable);
-    a value that is not a finite number becomes null, so the file is strict JSON."""
+def _round(obj: Any, digits: Optional[int] = 5) -> Any:
+    """Floats to ``digits`` significant digits (a stored grid stays small and diffs stay readable;
+    None keeps them whole); a value that is not a finite number becomes null, so the file is strict
+    JSON."""
     if isinstance(obj, float):
-        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else None
+        if not math.isfinite(obj):
+            return None
+        return obj if digits is None else float(f"{obj:.{digits}g}")
     if isinstance(obj, dict):
         return {k: _round(v, digits) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -102,17 +251,19 @@ def _decode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def save_results(path: Union[str, Path], results: Sequence[TrainResult], meta: dict[str, Any]) -> None:
+def save_results(
+    path: Union[str, Path], results: Sequence[TrainResult], meta: dict[str, Any], *, digits: Optional[int] = 5
+) -> None:
     """Write ``results`` and ``meta`` (e.g. ``{"provenance": provenance(corpus), "grid": ...}``) as
-    strict JSON, floats to 5 significant digits, without the per-step learning rates (the config
-    gives them); `load_results` gives back equal results."""
+    strict JSON, floats to ``digits`` significant digits (None: exact), without the per-step learning
+    rates (the config gives them); `load_results` gives back equal results."""
     rows = []
     for r in results:
         # The per-step learning rates follow from the config: `load_results` recomputes them.
         row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name not in ("trained_model", "lrs")}
         row["model"] = _encode_model(r.model)
         rows.append(row)
-    payload = _round({"meta": meta, "results": rows})
+    payload = _round({"meta": meta, "results": rows}, digits)
     Path(path).write_text(json.dumps(payload, separators=(",", ":"), allow_nan=False) + "\n")
 
 
