@@ -80,3 +80,31 @@ def test_unknown_probe_parameter_and_split():
         normlab.grad_norms(model, x, x, param="mlp.W2")
     with pytest.raises(ValueError, match="train, val"):
         normlab.load_corpus().batch("test", 2, 8, torch.Generator())
+
+
+@pytest.mark.parametrize(
+    "idx, message",
+    [
+        (torch.tensor([[0, 256]]), r"token ids must be in \[0, vocab_size=256\), got ids from 0 to 256"),
+        (torch.tensor([[-1, 3]]), r"token ids must be in \[0, vocab_size=256\)"),
+        (torch.tensor([[1.0, 2.0]]), "integer token ids"),
+        (torch.tensor([[True, False]]), "integer token ids"),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_or_not_integers(idx, message):
+    model = TransformerLM(256, 16, 2, 1)
+    with pytest.raises(ValueError, match=message):
+        model(idx)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"qk_norm": "yes"}, "qk_norm must be True or False, got 'yes'"),
+        ({"eps": 0.0}, r"eps must be a number > 0"),
+        ({"eps": -1e-5}, r"eps must be a number > 0"),
+    ],
+)
+def test_bad_block_settings_name_the_valid_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerLM(256, 16, 2, 1, **kwargs)

@@ -77,8 +77,7 @@ def test_attention_statistics_per_layer_and_entropy_independent_of_length():
     torch.manual_seed(0)
     model = TransformerLM(256, 32, 4, 3, max_seq_len=64)
     for block in model.blocks:  # W_q = W_k = 0: uniform attention over the allowed positions
-        torch.nn.init.zeros_(block.attn.q.weight), torch.nn.init.zeros_(block.attn.k.weight)
-        torch.nn.init.zeros_(block.attn.q.bias), torch.nn.init.zeros_(block.attn.k.bias)
+        torch.nn.init.zeros_(block.attn.qkv.weight[:64]), torch.nn.init.zeros_(block.attn.qkv.bias[:64])
     for t in (4, 16, 64):
         stats = normlab.attention_stats(model, torch.randint(0, 256, (2, t)))
         assert stats["entropy"].shape == (3,) and stats["max_logit"].shape == (3,)
@@ -129,7 +128,7 @@ def test_norm_input_scale_is_in_forward_order_and_is_sigma_for_layernorm():
 def test_a_model_that_is_already_broken_ends_diverged_with_tracking_on(corpus, fill):
     def break_it(model, x, y):
         with torch.no_grad():
-            model.blocks[0].attn.q.weight.fill_(fill)
+            model.blocks[0].attn.w_q.fill_(fill)
         return {}
 
     cfg = TrainConfig(**dict(SHORT, log_every=1), track_attention=True, track_model_update=True)
@@ -288,13 +287,18 @@ def test_deepnorm_beta_scales_v_o_fc1_fc2_in_every_init_scheme(scheme):
     plain = Block(32, 4, norm="deepnorm", init=scheme, n_layers=6, deepnorm_beta=1.0)
     torch.manual_seed(0)
     scaled = Block(32, 4, norm="deepnorm", init=scheme, n_layers=6, deepnorm_beta=beta)
-    for name in ("attn.v", "attn.o", "mlp.fc1", "mlp.fc2"):
+    for name in ("attn.o", "mlp.fc1", "mlp.fc2"):
         for part in ("weight", "bias"):
             torch.testing.assert_close(
                 scaled.get_parameter(f"{name}.{part}"), beta * plain.get_parameter(f"{name}.{part}")
             )
-    for name in ("attn.q.weight", "attn.k.weight"):
-        assert torch.equal(scaled.get_parameter(name), plain.get_parameter(name))
+    # Q, K, V share one fused weight: beta must reach its V rows and only those (xformers #219).
+    d = 32
+    v_rows = slice(2 * d, 3 * d)
+    torch.testing.assert_close(scaled.attn.qkv.weight[v_rows], beta * plain.attn.qkv.weight[v_rows])
+    torch.testing.assert_close(scaled.attn.qkv.bias[v_rows], beta * plain.attn.qkv.bias[v_rows])
+    assert torch.equal(scaled.attn.qkv.weight[: 2 * d], plain.attn.qkv.weight[: 2 * d])
+    assert torch.equal(scaled.attn.qkv.bias[: 2 * d], plain.attn.qkv.bias[: 2 * d])
 
 
 def test_gpt2_init_uses_beta_instead_of_the_residual_factor_for_deepnorm():

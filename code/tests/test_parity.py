@@ -44,7 +44,7 @@ def test_block_equals_torch_encoder_layer(norm_first, activation, bias, eps, cau
     y_ours.backward(g)
     torch.testing.assert_close(x_ours.grad, x_ref.grad, rtol=0, atol=1e-5)
     torch.testing.assert_close(block.mlp.fc1.weight.grad, ref.linear1.weight.grad, rtol=0, atol=1e-5)
-    torch.testing.assert_close(block.attn.q.weight.grad, ref.self_attn.in_proj_weight.grad[:D], rtol=0, atol=1e-5)
+    torch.testing.assert_close(block.attn.qkv.weight.grad, ref.self_attn.in_proj_weight.grad, rtol=0, atol=1e-5)
 
 
 def test_swapped_norms_would_be_caught(randomise_norms):

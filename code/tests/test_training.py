@@ -114,3 +114,23 @@ def test_probe_callback_adds_to_the_log_records(corpus):
     result = run(dict(TINY, norm="post"), cfg, corpus=corpus, progress=False, probe=probe)
     assert len(result.logs[0]["ln"]) == 2 * TINY["n_layers"]  # two trunk norms per post-LN block
     assert result.logs[0]["y"] == cfg.batch_size  # the probe sees the targets too
+
+
+def test_adamw_is_fused_where_available_and_falls_back_cleanly(monkeypatch):
+    from normlab.train import make_adamw
+
+    param = torch.nn.Parameter(torch.randn(4, 4))
+    assert make_adamw([{"params": [param]}], TrainConfig()).param_groups[0]["fused"]
+    real = torch.optim.AdamW
+
+    def no_fused_kernel(*args, fused=None, **kwargs):
+        if fused:
+            real(*args, fused=fused, **kwargs)  # touches the groups as a failing constructor would
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", no_fused_kernel)
+    opt = make_adamw([{"params": [param], "weight_decay": 0.0}], TrainConfig())
+    assert not opt.param_groups[0]["fused"]
+    param.grad = torch.ones_like(param)
+    opt.step()  # the fallback really steps

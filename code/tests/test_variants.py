@@ -76,8 +76,9 @@ def test_deepnorm_init_gains_follow_the_paper():
     beta = deepnorm_coefficients(decoder_layers=12)[1].beta
     block = Block(d, 8, norm="deepnorm", init="xavier", n_layers=12)
     xavier_std = math.sqrt(2.0 / (d + d))
-    for name, gain in [("q", 1.0), ("k", 1.0), ("v", beta), ("o", beta)]:
-        std = float(getattr(block.attn, name).weight.detach().std())
+    a = block.attn
+    for name, weight, gain in [("q", a.w_q, 1.0), ("k", a.w_k, 1.0), ("v", a.w_v, beta), ("o", a.o.weight, beta)]:
+        std = float(weight.detach().std())
         assert std == pytest.approx(gain * xavier_std, rel=0.05), name
     fc1_std = math.sqrt(2.0 / (d + 4 * d))
     assert float(block.mlp.fc1.weight.detach().std()) == pytest.approx(beta * fc1_std, rel=0.05)
@@ -155,9 +156,8 @@ def test_qk_norm_makes_attention_invariant_to_the_scale_of_wq_and_wk(variant, ki
     x = torch.randn(2, 8, D)
     before = block(x)
     with torch.no_grad():
-        for lin in (block.attn.q, block.attn.k):
-            lin.weight.mul_(3.0)
-            lin.bias.mul_(3.0) if lin.bias is not None else None
+        block.attn.qkv.weight[: 2 * D].mul_(3.0)  # W_q and W_k, with their biases
+        block.attn.qkv.bias[: 2 * D].mul_(3.0)
     torch.testing.assert_close(block(x), before, rtol=1e-4, atol=1e-5)
 
 
@@ -167,7 +167,7 @@ def test_without_qk_norm_scaling_wq_changes_the_output():
     x = torch.randn(2, 8, D)
     before = block(x)
     with torch.no_grad():
-        block.attn.q.weight.mul_(30.0)
+        block.attn.w_q.mul_(30.0)
     assert (block(x) - before).abs().max() > 1e-3
 
 

@@ -16,7 +16,7 @@ __all__ = ["block_from_torch"]
 def block_from_torch(layer: nn.TransformerEncoderLayer, *, causal: bool = False) -> Block:
     """A `Block` equal to ``layer``: post-LN for ``norm_first=False``, pre-LN for ``True``.
 
-    ``in_proj_weight`` is split into W_q, W_k, W_v; norm1 is the attention sub-layer's norm and
+    ``in_proj_weight`` is W_q, W_k, W_v stacked, as normlab's fused ``qkv``; norm1 is the attention sub-layer's norm and
     norm2 the FFN's, whichever side of the addition they sit on.
     """
     if not layer.self_attn.batch_first:
@@ -39,13 +39,11 @@ def block_from_torch(layer: nn.TransformerEncoderLayer, *, causal: bool = False)
     )
     a, m = block.attn, block.mlp
     first, second = (block.attn_in, block.ffn_in) if layer.norm_first else (block.attn_trunk, block.ffn_trunk)
-    q, k, v = layer.self_attn.in_proj_weight.chunk(3)
-    pairs = [(a.q.weight, q), (a.k.weight, k), (a.v.weight, v), (a.o.weight, layer.self_attn.out_proj.weight)]
+    pairs = [(a.qkv.weight, layer.self_attn.in_proj_weight), (a.o.weight, layer.self_attn.out_proj.weight)]
     pairs += [(m.fc1.weight, layer.linear1.weight), (m.fc2.weight, layer.linear2.weight)]
     pairs += [(first.weight, layer.norm1.weight), (second.weight, layer.norm2.weight)]
     if bias:
-        qb, kb, vb = layer.self_attn.in_proj_bias.chunk(3)
-        pairs += [(a.q.bias, qb), (a.k.bias, kb), (a.v.bias, vb), (a.o.bias, layer.self_attn.out_proj.bias)]
+        pairs += [(a.qkv.bias, layer.self_attn.in_proj_bias), (a.o.bias, layer.self_attn.out_proj.bias)]
         pairs += [(m.fc1.bias, layer.linear1.bias), (m.fc2.bias, layer.linear2.bias)]
         pairs += [(first.bias, layer.norm1.bias), (second.bias, layer.norm2.bias)]
     with torch.no_grad():

@@ -195,9 +195,9 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.d_head, self.causal = n_heads, d_model // n_heads, causal
         self.attn_dropout = attn_dropout
-        self.q = nn.Linear(d_model, d_model, bias=bias)
-        self.k = nn.Linear(d_model, d_model, bias=bias)
-        self.v = nn.Linear(d_model, d_model, bias=bias)
+        # W_q, W_k, W_v stacked in one weight [3d, d] (as PyTorch's in_proj_weight and nanoGPT's
+        # c_attn): one matmul instead of three, and `w_q`, `w_k`, `w_v` name the slices.
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.o = nn.Linear(d_model, d_model, bias=bias)
         self.q_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
         self.k_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
@@ -205,15 +205,28 @@ class Attention(nn.Module):
         self.record_logits = False
         self.logit_stats: dict[str, torch.Tensor] = {}
 
+    @property
+    def w_q(self) -> torch.Tensor:
+        """W_q, a view of the first d rows of the fused weight (in-place edits reach the model)."""
+        return self.qkv.weight[: self.n_heads * self.d_head]
+
+    @property
+    def w_k(self) -> torch.Tensor:
+        d = self.n_heads * self.d_head
+        return self.qkv.weight[d : 2 * d]
+
+    @property
+    def w_v(self) -> torch.Tensor:
+        return self.qkv.weight[2 * self.n_heads * self.d_head :]
+
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         b, n, _ = t.shape
         return t.view(b, n, self.n_heads, self.d_head).transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
-        q = self.q_norm(self._heads(self.q(x)))
-        k = self.k_norm(self._heads(self.k(x)))
-        v = self._heads(self.v(x))
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = self.q_norm(self._heads(q)), self.k_norm(self._heads(k)), self._heads(v)
         if self.record_logits:
             y = self._attend_and_record(q, k, v)
         else:
@@ -311,6 +324,10 @@ class Block(nn.Module):
         for name, rate in (("dropout", dropout), ("attn_dropout", attn_dropout)):
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate}")
+        if not isinstance(qk_norm, bool):  # "yes" or "no" would otherwise both switch it on
+            raise ValueError(f"qk_norm must be True or False, got {qk_norm!r}")
+        if not (isinstance(eps, (int, float)) and eps > 0):
+            raise ValueError(f"eps must be a number > 0 (the norms divide by sqrt(var + eps)), got {eps!r}")
 
         _, coef = deepnorm_coefficients(decoder_layers=n_layers)
         alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if p.shortcut_scale else 1.0
@@ -367,21 +384,28 @@ def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
     a, m, beta = block.attn, block.mlp, block.beta
     deepnorm = block.placement.shortcut_scale
     residual = 1.0 if deepnorm else 1.0 / math.sqrt(2 * n_layers)
-    gains = {a.q: 1.0, a.k: 1.0, a.v: beta, a.o: beta, m.fc1: beta, m.fc2: beta}
+    d = a.o.in_features
+    # (weight, bias, gain, is a branch output): W_q, W_k, W_v are slices of the fused weight, each
+    # initialised as the d x d matrix it is, so beta reaches W_v and only W_v (the slice xformers
+    # once missed, their issue #219) and Xavier's fans are d and d, not d and 3d.
+    w, b = a.qkv.weight, a.qkv.bias
+    layers = [(w[i * d : (i + 1) * d], None if b is None else b[i * d : (i + 1) * d], gain, False)
+              for i, gain in enumerate((1.0, 1.0, beta))]  # fmt: skip
+    layers += [(a.o.weight, a.o.bias, beta, True), (m.fc1.weight, m.fc1.bias, beta, False)]
+    layers += [(m.fc2.weight, m.fc2.bias, beta, True)]
     with torch.no_grad():
-        for layer, gain in gains.items():
+        for weight, bias, gain, branch_output in layers:
             if scheme == "torch":
-                layer.weight.mul_(gain)
-                if layer.bias is not None:
-                    layer.bias.mul_(gain)
+                weight.mul_(gain)
+                if bias is not None:
+                    bias.mul_(gain)
                 continue
             if scheme == "xavier":
-                nn.init.xavier_normal_(layer.weight, gain=gain)
+                nn.init.xavier_normal_(weight, gain=gain)
             else:
-                scale = residual if layer in (a.o, m.fc2) else 1.0
-                nn.init.normal_(layer.weight, std=0.02 * gain * scale)
-            if layer.bias is not None:
-                nn.init.zeros_(layer.bias)
+                nn.init.normal_(weight, std=0.02 * gain * (residual if branch_output else 1.0))
+            if bias is not None:
+                nn.init.zeros_(bias)
 
 
 class TransformerLM(nn.Module):
@@ -456,6 +480,13 @@ class TransformerLM(nn.Module):
         """x_0, the start of the residual stream."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be [batch, time], got shape {tuple(idx.shape)}")
+        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise ValueError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
+        vocab = self.tok.num_embeddings
+        if idx.numel() and not (0 <= int(idx.min()) and int(idx.max()) < vocab):
+            raise ValueError(
+                f"token ids must be in [0, vocab_size={vocab}), got ids from {int(idx.min())} to {int(idx.max())}"
+            )
         t = idx.shape[1]
         if t > self.max_seq_len:
             raise ValueError(f"sequence length {t} exceeds max_seq_len={self.max_seq_len}")

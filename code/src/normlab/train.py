@@ -27,6 +27,7 @@ __all__ = [
     "OUTCOMES",
     "WEIGHT_DECAY_MODES",
     "lr_multiplier",
+    "make_adamw",
     "TrainConfig",
     "TrainResult",
     "train",
@@ -197,6 +198,17 @@ def adamw_weight_decay(config: TrainConfig) -> float:
     return config.weight_decay if config.weight_decay_mode == "coupled" else config.weight_decay / config.lr
 
 
+def make_adamw(param_groups: list[dict[str, Any]], config: TrainConfig) -> torch.optim.AdamW:
+    """torch's AdamW with the config's betas and eps, fused into one kernel where this torch and
+    device have it (the CPU since torch 2.4): the per-tensor loop of the default implementation was
+    a tenth of a small model's training step. Same update rule, same hyperparameters."""
+    kwargs: dict[str, Any] = dict(lr=config.lr, betas=config.betas, eps=config.eps)
+    try:  # copies: a failed constructor leaves its settings (fused=True) in the dicts it was given
+        return torch.optim.AdamW([dict(g) for g in param_groups], fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):  # no fused kernel for this torch or device
+        return torch.optim.AdamW([dict(g) for g in param_groups], **kwargs)
+
+
 def _finite(value: Any) -> bool:
     """True when every number in ``value`` (a number, or nested lists/dicts of them) is finite."""
     if isinstance(value, dict):
@@ -250,12 +262,7 @@ def train(
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     wd = adamw_weight_decay(config)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr,
-        betas=config.betas,
-        eps=config.eps,
-    )
+    opt = make_adamw([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}], config)
     model0 = copy.deepcopy(model) if config.track_model_update else None
     result = TrainResult(config=asdict(config), unigram_val=corpus.unigram_loss(val_y.cpu()))
     watch = LossMonitor(corpus.vocab_size, config.diverge_window, config.spike_threshold)
