@@ -101,8 +101,8 @@ def test_token_ids_outside_the_vocabulary_or_not_integers(idx, message):
     "kwargs, message",
     [
         ({"qk_norm": "yes"}, "qk_norm must be True or False, got 'yes'"),
-        ({"eps": 0.0}, r"eps must be a number > 0"),
-        ({"eps": -1e-5}, r"eps must be a number > 0"),
+        ({"eps": -1e-5}, r"eps must be a number >= 0"),
+        ({"eps": "1e-5"}, r"eps must be a number >= 0"),
     ],
 )
 def test_bad_block_settings_name_the_valid_values(kwargs, message):

@@ -106,3 +106,14 @@ def test_workers_must_be_a_positive_integer(corpus):
 
 def test_the_default_uses_the_cores_there_are():
     assert 1 <= default_workers() <= (torch.multiprocessing.cpu_count() or 1)
+
+
+def test_a_batched_sweep_gives_the_one_by_one_curves_to_float_tolerance(corpus):
+    # What run_many does by default on a GPU, checked here on the CPU: K runs as one computation.
+    jobs = [(TINY, config(seed, lr=lr)) for seed, lr in ((0, 1e-3), (1, 3e-3), (2, 1e-2))]
+    one_by_one = run_many(jobs, corpus=corpus, workers=1)
+    batched = run_many(jobs, corpus=corpus, workers=1, batched=True)
+    for a, b in zip(one_by_one, batched):
+        assert a.status == b.status and a.config == b.config
+        torch.testing.assert_close(b.losses, a.losses, rtol=1e-5, atol=0)
+        torch.testing.assert_close([v for _, v in b.evals], [v for _, v in a.evals], rtol=1e-5, atol=0)

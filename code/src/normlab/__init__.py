@@ -4,7 +4,7 @@
 training loop, probes and plots the chapters measure with.
 """
 
-from . import claims, exercises, interop, plot, probes, results, stats
+from . import batched, claims, exercises, interop, plot, probes, results, stats
 from .data import CORPUS_SHA256, STDLIB_FILES, VOCAB_SIZE, Corpus, load_corpus
 from .jacobian import layernorm_jacobian, rmsnorm_jacobian
 from .model import (
@@ -40,7 +40,7 @@ from .train import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "claims", "exercises", "interop", "plot", "probes", "results", "stats",
+    "batched", "claims", "exercises", "interop", "plot", "probes", "results", "stats",
     "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "SCALES", "SCHEDULES",
     "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",
     "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients", "PerScale", "Placement", "RMSNorm",

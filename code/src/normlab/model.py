@@ -326,8 +326,8 @@ class Block(nn.Module):
                 raise ValueError(f"{name} must be in [0, 1), got {rate}")
         if not isinstance(qk_norm, bool):  # "yes" or "no" would otherwise both switch it on
             raise ValueError(f"qk_norm must be True or False, got {qk_norm!r}")
-        if not (isinstance(eps, (int, float)) and eps > 0):
-            raise ValueError(f"eps must be a number > 0 (the norms divide by sqrt(var + eps)), got {eps!r}")
+        if not (isinstance(eps, (int, float)) and eps >= 0):  # 0 is the exact norm (chapter 3 uses it)
+            raise ValueError(f"eps must be a number >= 0 (the norms divide by sqrt(var + eps)), got {eps!r}")
 
         _, coef = deepnorm_coefficients(decoder_layers=n_layers)
         alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if p.shortcut_scale else 1.0
@@ -408,6 +408,13 @@ def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
                 nn.init.zeros_(bias)
 
 
+def _inside_transform(t: torch.Tensor) -> bool:
+    """True for a tensor inside torch.func's vmap or grad (as in `normlab.batched`), where a check
+    that reads its values cannot run; the ids there come from the corpus and are in range."""
+    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return bool(wrapped is not None and wrapped(t))
+
+
 class TransformerLM(nn.Module):
     """A decoder-only causal LM: token + learned position embeddings, `n_layers` Blocks, final norm
     exactly when the variant needs one (`Placement.final_norm`), untied LM head.
@@ -483,7 +490,7 @@ class TransformerLM(nn.Module):
         if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
             raise ValueError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
         vocab = self.tok.num_embeddings
-        if idx.numel() and not (0 <= int(idx.min()) and int(idx.max()) < vocab):
+        if idx.numel() and not _inside_transform(idx) and not (0 <= int(idx.min()) and int(idx.max()) < vocab):
             raise ValueError(
                 f"token ids must be in [0, vocab_size={vocab}), got ids from {int(idx.min())} to {int(idx.max())}"
             )

@@ -62,18 +62,23 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _job_key(model_kwargs: dict[str, Any], config: TrainConfig, final_probe: Optional[Probe]) -> str:
+def _source(fn: Optional[Probe]) -> Optional[str]:
+    if fn is None:
+        return None
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return getattr(fn, "__qualname__", repr(fn))
+
+
+def _job_key(
+    model_kwargs: dict[str, Any], config: TrainConfig, probe: Optional[Probe], final_probe: Optional[Probe]
+) -> str:
     """A name for one run in a store: a hash of everything that determines its result."""
     from . import __version__
 
-    probe = None
-    if final_probe is not None:
-        try:
-            probe = inspect.getsource(final_probe)
-        except (OSError, TypeError):
-            probe = getattr(final_probe, "__qualname__", repr(final_probe))
-    spec = {"model": _encode_model(model_kwargs), "config": dataclasses.asdict(config), "final_probe": probe,
-            "normlab": __version__, "torch": torch.__version__}  # fmt: skip
+    spec = {"model": _encode_model(model_kwargs), "config": dataclasses.asdict(config), "probe": _source(probe),
+            "final_probe": _source(final_probe), "normlab": __version__, "torch": torch.__version__}  # fmt: skip
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=repr).encode()).hexdigest()[:20]
 
 
@@ -90,7 +95,11 @@ def _init_worker() -> None:
 def _run_job(i: int) -> tuple[int, Optional[TrainResult], Optional[str]]:
     model_kwargs, config = _SWEEP["jobs"][i]
     try:
-        return i, run(model_kwargs, config, corpus=_SWEEP["corpus"], final_probe=_SWEEP["final_probe"]), None
+        sweep = _SWEEP
+        result = run(
+            model_kwargs, config, corpus=sweep["corpus"], probe=sweep["probe"], final_probe=sweep["final_probe"]
+        )
+        return i, result, None
     except Exception:
         return i, None, traceback.format_exc()
 
@@ -101,20 +110,28 @@ def run_many(
     corpus: Optional[Corpus] = None,
     progress: bool = False,
     desc: str = "runs",
+    probe: Optional[Probe] = None,
     final_probe: Optional[Probe] = None,
     workers: Optional[int] = None,
     store: Union[str, Path, None] = None,
+    batched: Optional[bool] = None,
 ) -> list[TrainResult]:
     """`run` every (model kwargs, config) pair; the results come back in the order of ``jobs``.
 
     ``workers`` processes (default `default_workers`: the cores there are) train the runs side by
     side, one torch thread each; every run seeds itself, so the results equal a sequential sweep's.
-    ``progress=True`` shows one bar counting finished runs. ``final_probe`` is passed to every `run`.
+    ``progress=True`` shows one bar counting finished runs. ``probe`` and ``final_probe`` are passed
+    to every `run`.
     ``store`` (a directory) makes the sweep resumable: each run is saved there as it finishes, at
     full precision, and a rerun loads the runs already stored instead of training them again, so an
     interrupted sweep (a Colab disconnect, a laptop that sleeps) picks up where it stopped and ends
     with the same results. A run that raises does not stop the others: they finish (and are
     stored), then a `SweepError` names each failed run's configuration.
+
+    ``batched`` (default: on a GPU) trains runs that share an architecture and a step loop as one
+    computation (`normlab.batched.train_batched`: a tiny model alone leaves a GPU idle); runs with
+    a probe, tracking or dropout are trained one by one. The curves equal the one-by-one runs' to
+    float tolerance, not bit for bit, so the CPU default is off.
     """
     corpus = corpus or load_corpus()
     jobs = list(jobs)
@@ -132,7 +149,7 @@ def run_many(
     if store is not None:
         Path(store).mkdir(parents=True, exist_ok=True)
         for i, (model_kwargs, config) in enumerate(jobs):
-            paths[i] = Path(store) / f"run-{_job_key(model_kwargs, config, final_probe)}.json"
+            paths[i] = Path(store) / f"run-{_job_key(model_kwargs, config, probe, final_probe)}.json"
             if paths[i].exists():
                 results[i] = load_results(paths[i], corpus)[0][0]
     todo = [i for i, r in enumerate(results) if r is None]
@@ -150,9 +167,23 @@ def run_many(
                 os.replace(tmp, paths[i])  # a run is stored whole or not at all
         bar.update()
 
-    _SWEEP.update(jobs=jobs, corpus=corpus, final_probe=final_probe)
+    _SWEEP.update(jobs=jobs, corpus=corpus, probe=probe, final_probe=final_probe)
+    batched = get_device().type == "cuda" if batched is None else batched
     try:
-        if workers == 1 or len(todo) <= 1:
+        if batched and probe is None and final_probe is None:
+            from .batched import batchable, train_batched
+
+            for group in batchable([jobs[i] for i in todo]):
+                members = [todo[g] for g in group]
+                try:
+                    trained = train_batched(jobs[members[0]][0], [jobs[i][1] for i in members], corpus=corpus)
+                except Exception:
+                    for i in members:
+                        finish(*_run_job(i))  # one by one, so a failure names its own run
+                    continue
+                for i, result in zip(members, trained):
+                    finish(i, result, None)
+        elif workers == 1 or len(todo) <= 1:
             for i in todo:
                 finish(*_run_job(i))
         else:
