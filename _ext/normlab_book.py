@@ -11,6 +11,8 @@
   explainer that a chapter checks (`check(..., source=, quote=, verdict=)`), with our measurement.
 - ``{normlab-costs}``: the measured execution time of every chapter at each scale, from the
   JSON files that `scripts/measure_costs.py` writes (one per scale, with their provenance).
+- ``{normlab-bench}``: what `python -m normlab.bench` measured (``book/_data/bench-<device>.json``):
+  its tables, and a figure of a training step's cost against depth and width drawn from them.
 """
 
 from __future__ import annotations
@@ -56,6 +58,86 @@ class ClaimsDirective(SphinxDirective):
 class CostsDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         return [costs_placeholder()]
+
+
+class BenchDirective(SphinxDirective):
+    """The benchmark's stored results as MyST (tables, then the figure), parsed in place."""
+
+    def run(self) -> list[nodes.Node]:
+        from docutils.statemachine import StringList
+
+        from normlab.bench import format_table
+
+        data = Path(self.env.srcdir) / "book" / "_data"
+        markdown = []
+        for path in sorted(data.glob("bench-*.json")):
+            self.env.note_dependency(str(path))
+            result = json.loads(path.read_text())
+            figure = _draw_cost_figure(result, Path(self.env.srcdir) / "book" / "_generated" / f"{path.stem}.png")
+            markdown += [f"### {path.stem.removeprefix('bench-')}: {result['device']}", "", format_table(result), ""]
+            alt = f"Cost of a training step against depth and width, {result['device']}"
+            markdown += [f"![{alt}](_generated/{figure.name})", ""]
+        if not markdown:
+            markdown = ["No benchmark stored yet: run `python -m normlab.bench --out book/_data/bench-cpu.json`."]
+        if not (data / "bench-gpu.json").exists():
+            markdown += ["### gpu: not measured yet", "", _gpu_sizing()]
+        container = nodes.container()
+        self.state.nested_parse(StringList(markdown, source=self.env.docname), self.content_offset, container)
+        return container.children
+
+
+def _gpu_sizing() -> str:
+    """How the gpu scale was sized while no GPU has measured it: from FLOP counts, said as such."""
+    from normlab.bench import SIZES, step_flops
+
+    flops = {name: step_flops(s.d_model, s.n_layers, s.batch, s.seq) for name, s in SIZES.items()}
+    g = SIZES["gpu"]
+    return (
+        f"No GPU has run the benchmark or the chapters for this book yet, so the gpu scale is sized from "
+        f"FLOP counts (`normlab.bench.step_flops`): a training step of the gpu size (d {g.d_model}, "
+        f"{g.n_layers} blocks, batch {g.batch} x {g.seq}) is {flops['gpu'] / 1e9:.1f} GFLOP, "
+        f"{flops['gpu'] / flops['cpu']:.0f}x a cpu-size step. Models this small keep a GPU's cores mostly idle "
+        f"one at a time, which is why a sweep on a GPU trains its runs as one batched computation "
+        f"(`normlab.batched`). On a CUDA machine, `bash scripts/measure_gpu.sh` measures the benchmark "
+        f"(with the batched speed-up at K = 8, 32 and 128) and every chapter at the gpu scale, and writes "
+        f"`book/_data/bench-gpu.json` and `book/_data/costs-gpu.json`, which this page then shows."
+    )
+
+
+def _draw_cost_figure(result: dict[str, Any], out: Path) -> Path:
+    """ms per training step against depth (at one width) and width (at one depth), with the line a
+    cost proportional to the FLOP count would follow, through the deepest or widest point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from normlab import plot
+
+    plot.use_style()
+    cost = result["cost"]
+    d_fixed = max(c["d_model"] for c in cost if sum(o["d_model"] == c["d_model"] for o in cost) > 1)
+    depth = sorted((c for c in cost if c["d_model"] == d_fixed), key=lambda c: c["n_layers"])
+    l_fixed = max((c["n_layers"] for c in cost if c["d_model"] != d_fixed), default=depth[0]["n_layers"])
+    width = sorted((c for c in cost if c["n_layers"] == l_fixed), key=lambda c: c["d_model"])
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), layout="constrained")
+    for ax, rows, key, label in ((axes[0], depth, "n_layers", f"blocks (d = {d_fixed})"),
+                                 (axes[1], width, "d_model", f"width d ({l_fixed} blocks)")):  # fmt: skip
+        xs = [r[key] for r in rows]
+        ms = [1000 * r["median_s"] for r in rows]
+        per_flop = ms[-1] / rows[-1]["flops_per_step"]
+        ax.plot(xs, ms, "o-", color=plot.color("pre"), label="measured (pre-LN)")
+        ax.plot(xs, [per_flop * r["flops_per_step"] for r in rows], "--", color="0.5", label="proportional to FLOPs")
+        ax.set(xlabel=label, ylabel="ms per training step", xscale="log", yscale="log")
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.minorticks_off()
+    axes[0].legend()
+    threads = {c["threads"] for c in cost}
+    fig.suptitle(f"Cost of one step, batch {cost[0]['batch']} x {cost[0]['seq']}, {threads.pop()} torch thread(s)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def _notebook_docs(app: Sphinx) -> list[str]:
@@ -292,6 +374,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_node(costs_placeholder)
     app.add_directive("normlab-claims", ClaimsDirective)
     app.add_directive("normlab-costs", CostsDirective)
+    app.add_directive("normlab-bench", BenchDirective)
     app.add_node(sources_placeholder)
     app.add_directive("normlab-sources", SourcesDirective)
     app.connect("config-inited", per_run_cache)
