@@ -79,7 +79,7 @@ def test_quick_run_smoke(tmp_path, capsys):
     bench.main(["--quick", "--out", str(out)])
     assert torch.get_num_threads() == threads  # the benchmark gives the process its thread count back
     printed = capsys.readouterr().out
-    assert "| ci | 32 | 5 | 16 x 32 | 1 |" in printed and "model ratio" in printed and "step ratio" in printed
+    assert "| ci (32, 5, 16 x 32) | 1 |" in printed and "model ratio" in printed and "step ratio" in printed
 
     data = json.loads(out.read_text())
     assert {"provenance", "device", "repeats", "sizes", "matmul_ceiling", "steps", "cost", "sweep", "batched",
