@@ -32,3 +32,24 @@ def test_model_update_is_zero_for_the_same_model():
     model = TransformerLM(256, 32, 4, 2)
     x = torch.randint(0, 256, (2, 8))
     assert normlab.model_update(model, model, x) == 0.0
+
+
+def test_max_activations_finds_a_planted_massive_activation():
+    torch.manual_seed(0)
+    model = normlab.TransformerLM(256, 32, 4, 3, max_seq_len=16)
+    idx = torch.randint(0, 256, (2, 16))
+    plain = normlab.probes.max_activations(model, idx)
+    assert plain["max"].shape == (4,) and bool((plain["ratio"] > 1).all())
+
+    def plant(module, args, out):  # one huge value at token 5, channel 7, after block 1
+        out = out.clone()
+        out[1, 5, 7] = 1e4
+        return out
+
+    hook = model.blocks[1].register_forward_hook(plant)
+    try:
+        stats = normlab.probes.max_activations(model, idx)
+    finally:
+        hook.remove()
+    assert float(stats["max"][2]) == 1e4 and int(stats["position"][2]) == 5 and int(stats["channel"][2]) == 7
+    assert float(stats["ratio"][2]) > 1e3 and float(stats["ratio"][1]) < 1e2  # x_2 only; x_1 untouched

@@ -33,12 +33,13 @@ def test_every_variant_runs_forward_and_backward(variant, qk_norm):
 def test_final_norm_exactly_when_the_trunk_is_never_normed():
     for v in VARIANTS:
         has_final = not isinstance(TransformerLM(256, 32, 4, 2, norm=v).final_norm, nn.Identity)
-        assert has_final == (v in {"pre", "sandwich", "normformer"}), v
+        assert has_final == (v in {"pre", "sandwich", "normformer", "reordered"}), v
 
 
 def test_variants_differ_in_their_telltale_fields_only():
     assert dataclasses.replace(VARIANTS["post"], shortcut_scale=True) == VARIANTS["deepnorm"]
     assert dataclasses.replace(VARIANTS["pre"], attn_out_norm=True, ffn_out_norm=True) == VARIANTS["sandwich"]
+    assert dataclasses.replace(VARIANTS["sandwich"], in_norm=False) == VARIANTS["reordered"]
 
 
 def test_deepnorm_with_alpha_and_beta_one_is_post_ln(randomise_norms):
@@ -195,3 +196,63 @@ def test_causal_attention_ignores_the_future():
     changed = idx.clone()
     changed[0, 7:] = (changed[0, 7:] + 1) % 256
     torch.testing.assert_close(model(idx)[0, :7], model(changed)[0, :7])
+
+
+def test_reordered_without_its_output_norms_is_the_block_with_no_norm(randomise_norms):
+    """OLMo 2's x + Norm(F(x)): take its output norms away and nothing normalises the block."""
+    torch.manual_seed(0)
+    reordered = Block(D, H, norm="reordered")
+    randomise_norms(reordered)
+    bare = Block(D, H, norm=dataclasses.replace(VARIANTS["reordered"], attn_out_norm=False, ffn_out_norm=False))
+    assert bare.placement == normlab.Placement()  # every slot empty
+    assert not any(isinstance(m, (nn.LayerNorm, normlab.RMSNorm)) for m in bare.modules())
+    _same_weights(reordered, bare)
+    x = torch.randn(2, 8, D)
+    torch.testing.assert_close(bare(x), x + bare.attn(x) + bare.mlp(x + bare.attn(x)), rtol=0, atol=1e-6)
+    h = x + reordered.attn_out(reordered.attn(x))
+    torch.testing.assert_close(reordered(x), h + reordered.ffn_out(reordered.mlp(h)), rtol=0, atol=1e-6)
+
+
+def test_the_labml_bug_scales_the_branch_and_is_a_different_block(randomise_norms):
+    """labml's DeepNorm (their issue #145) computes LN(x + alpha * G(x)): one field away from DeepNorm."""
+    buggy_placement = dataclasses.replace(VARIANTS["deepnorm"], shortcut_scale=False, branch_scale=True)
+    torch.manual_seed(0)
+    buggy = Block(D, H, norm=buggy_placement, init="xavier", n_layers=6)
+    torch.manual_seed(0)
+    deep = Block(D, H, norm="deepnorm", init="xavier", n_layers=6)
+    for (n1, p1), (n2, p2) in zip(buggy.named_parameters(), deep.named_parameters()):
+        assert n1 == n2 and torch.equal(p1, p2), n1  # the same beta-scaled init
+    randomise_norms(buggy)
+    alpha = deepnorm_coefficients(decoder_layers=6)[1].alpha
+    x = torch.randn(2, 8, D)
+    h = buggy.attn_trunk(x + alpha * buggy.attn(x))
+    torch.testing.assert_close(buggy(x), buggy.ffn_trunk(h + alpha * buggy.mlp(h)), rtol=0, atol=1e-5)
+
+
+def test_chatglm_shortcut_carries_the_normed_input_scaled_by_alpha(randomise_norms):
+    """ChatGLM-6B's GLMBlock: h = alpha * LN(x) + Attn(LN(x)), with alpha = (2N)^(1/2)."""
+    glm = dataclasses.replace(VARIANTS["pre"], shortcut_scale=True, shortcut_normed=True)
+    n = 4
+    torch.manual_seed(0)
+    block = Block(D, H, norm=glm, n_layers=n, deepnorm_alpha=math.sqrt(2 * n), deepnorm_beta=1.0)
+    randomise_norms(block)
+    assert block.attn_skip is block.attn_in  # one norm, read by both the shortcut and the branch
+    x = torch.randn(2, 8, D)
+    a = block.attn_in(x)
+    h = math.sqrt(2 * n) * a + block.attn(a)
+    f = block.ffn_in(h)
+    torch.testing.assert_close(block(x), math.sqrt(2 * n) * f + block.mlp(f), rtol=0, atol=1e-5)
+
+
+def test_gemma_rmsnorm_is_rmsnorm_with_gain_one_plus_weight():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, D)
+    gemma, plain = normlab.RMSNorm(D, unit_offset=True), normlab.RMSNorm(D)
+    assert torch.equal(gemma.weight, torch.zeros(D))  # Gemma initialises the weight at 0 ...
+    torch.testing.assert_close(gemma(x), plain(x), rtol=0, atol=0)  # ... so the gain starts at 1
+    with torch.no_grad():
+        gemma.weight.fill_(1.0)  # the porting bug: a weight initialised like an ordinary RMSNorm's
+    torch.testing.assert_close(gemma(x), 2 * plain(x), rtol=0, atol=0)
+    model = TransformerLM(256, D, H, 2, norm="sandwich", norm_kind="gemma_rms")
+    norms = [m for m in model.modules() if isinstance(m, normlab.RMSNorm)]
+    assert len(norms) == 2 * 4 + 1 and all(m.offset == 1.0 for m in norms)

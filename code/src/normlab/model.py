@@ -1,7 +1,7 @@
 """The Transformer block whose norm placement is data, and the decoder-only LM built from it.
 
-Every variant the book compares (post, pre, sandwich, DeepNorm, NormFormer, each with or
-without QK-norm) is the same `Block`; an unused norm slot is `nn.Identity()`.
+Every variant the book compares (post, pre, sandwich, reordered, DeepNorm, NormFormer, each with
+or without QK-norm) is the same `Block`; an unused slot is `nn.Identity()`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ __all__ = [
     "DeepNormCoefficients",
     "deepnorm_coefficients",
     "RMSNorm",
+    "Scale",
     "Attention",
     "MLP",
     "Block",
@@ -38,19 +39,23 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Placement:
-    """Which norm slots of a block are filled. Two variants differ in the fields that differ.
+    """Which slots of a block are filled. Two variants differ in the fields that differ.
 
     Per sub-layer F (attention, then FFN) the block computes
-    ``x <- trunk_norm(alpha * x + out_norm(F(in_norm(x))))``; a False field is an identity.
+    ``x <- trunk_norm(shortcut(skip(x)) + branch(out_norm(F(in_norm(x)))))``; a False field leaves
+    its slot an identity. ``shortcut`` and ``branch`` multiply by DeepNorm's alpha when their
+    field is set; ``skip`` is ``in_norm`` when ``shortcut_normed`` is set.
     """
 
     in_norm: bool = False  # pre-LN: the sub-layer reads LN(x)
-    attn_out_norm: bool = False  # sandwich / NormFormer: LN on the attention output, before the add
-    ffn_out_norm: bool = False  # sandwich: LN on the FFN output, before the add
+    attn_out_norm: bool = False  # sandwich / reordered / NormFormer: LN on the attention output, before the add
+    ffn_out_norm: bool = False  # sandwich / reordered: LN on the FFN output, before the add
     trunk_norm: bool = False  # post-LN: LN(x + F(x)) on the trunk itself
     shortcut_scale: bool = False  # DeepNorm: alpha multiplies the shortcut x, not the branch
     head_scale: bool = False  # NormFormer: a learned scale per head, before W_o
     ffn_mid_norm: bool = False  # NormFormer: LN after the FFN activation (width d_ff)
+    branch_scale: bool = False  # alpha on the branch instead: labml's DeepNorm bug (their issue #145)
+    shortcut_normed: bool = False  # the shortcut carries in_norm(x), not x (ChatGLM-6B's GLMBlock)
 
     @property
     def final_norm(self) -> bool:
@@ -64,8 +69,10 @@ VARIANTS: dict[str, Placement] = {
     "sandwich": Placement(in_norm=True, attn_out_norm=True, ffn_out_norm=True),  # CogView 2105.13290
     "deepnorm": Placement(trunk_norm=True, shortcut_scale=True),  # DeepNet 2203.00555
     "normformer": Placement(in_norm=True, attn_out_norm=True, head_scale=True, ffn_mid_norm=True),  # 2110.09456
+    "reordered": Placement(attn_out_norm=True, ffn_out_norm=True),  # OLMo 2 (2501.00656): x + Norm(F(x))
 }
-NORM_KINDS = ("layer", "rms")
+# "gemma_rms" is RMSNorm with gain (1 + weight), weight initialised to 0, as Gemma computes it.
+NORM_KINDS = ("layer", "rms", "gemma_rms")
 INIT_SCHEMES = ("gpt2", "xavier", "torch")
 ACTIVATIONS = ("gelu", "relu")
 
@@ -141,21 +148,40 @@ def deepnorm_coefficients(
 
 
 class RMSNorm(nn.Module):
-    """x / rms(x) * gamma (Zhang & Sennrich 2019, 1910.07467); here so torch 2.2 works too."""
+    """x / rms(x) * gamma (Zhang & Sennrich 2019, 1910.07467); here so torch 2.2 works too.
 
-    def __init__(self, d: int, eps: float = 1e-5) -> None:
+    ``unit_offset=True`` is Gemma's parametrisation: gamma = 1 + weight, with weight initialised to
+    0 (the same function at init; weight decay then pulls the gain toward 1, not 0). Loading such
+    weights into a norm that starts from 1, the porting bug, doubles every gain.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5, *, unit_offset: bool = False) -> None:
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
+        self.eps, self.offset = eps, 1.0 if unit_offset else 0.0
+        self.weight = nn.Parameter(torch.zeros(d) if unit_offset else torch.ones(d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (self.offset + self.weight)
+
+
+class Scale(nn.Module):
+    """Multiplies by a fixed constant (DeepNorm's alpha); a buffer, so it follows the model's device."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.register_buffer("value", torch.tensor(float(value)), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value * x
+
+    def extra_repr(self) -> str:
+        return f"{float(self.value):.4g}"
 
 
 def make_norm(kind: str, d: int, eps: float, bias: bool) -> nn.Module:
     if kind == "layer":
         return nn.LayerNorm(d, eps=eps, bias=bias)
-    return RMSNorm(d, eps=eps)
+    return RMSNorm(d, eps=eps, unit_offset=kind == "gemma_rms")
 
 
 class HeadScale(nn.Module):
@@ -330,9 +356,11 @@ class Block(nn.Module):
             raise ValueError(f"eps must be a number >= 0 (the norms divide by sqrt(var + eps)), got {eps!r}")
 
         _, coef = deepnorm_coefficients(decoder_layers=n_layers)
-        alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if p.shortcut_scale else 1.0
-        self.beta = (coef.beta if deepnorm_beta is None else deepnorm_beta) if p.shortcut_scale else 1.0
-        self.register_buffer("alpha", torch.tensor(float(alpha)), persistent=False)
+        scaled = p.shortcut_scale or p.branch_scale
+        self.alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if scaled else 1.0
+        self.beta = (coef.beta if deepnorm_beta is None else deepnorm_beta) if scaled else 1.0
+        self.shortcut = Scale(self.alpha) if p.shortcut_scale else nn.Identity()
+        self.branch = Scale(self.alpha) if p.branch_scale else nn.Identity()
 
         def norm_if(used: bool, width: int = d_model) -> nn.Module:
             return make_norm(norm_kind, width, eps, bias) if used else nn.Identity()
@@ -343,6 +371,9 @@ class Block(nn.Module):
             norm_if(p.trunk_norm),
         )
         self.ffn_in, self.ffn_out, self.ffn_trunk = norm_if(p.in_norm), norm_if(p.ffn_out_norm), norm_if(p.trunk_norm)
+        # ChatGLM's shortcut reads the normed input: the same norm module (and parameters) as the branch.
+        self.attn_skip = self.attn_in if p.shortcut_normed else nn.Identity()
+        self.ffn_skip = self.ffn_in if p.shortcut_normed else nn.Identity()
         self.attn = Attention(
             d_model, n_heads, qk_norm=qk_norm, head_scale=p.head_scale, norm_kind=norm_kind,
             eps=eps, bias=bias, attn_dropout=attn_dropout, causal=causal,
@@ -359,10 +390,12 @@ class Block(nn.Module):
 
     # Every variant's tell-tale lines: the same two, with identities in the unused slots.
     def attn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self.attn_trunk(self.alpha * x + self.attn_drop(self.attn_out(self.attn(self.attn_in(x)))))
+        branch = self.attn_drop(self.attn_out(self.attn(self.attn_in(x))))
+        return self.attn_trunk(self.shortcut(self.attn_skip(x)) + self.branch(branch))
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn_trunk(self.alpha * x + self.ffn_drop(self.ffn_out(self.mlp(self.ffn_in(x)))))
+        branch = self.ffn_drop(self.ffn_out(self.mlp(self.ffn_in(x))))
+        return self.ffn_trunk(self.shortcut(self.ffn_skip(x)) + self.branch(branch))
 
 
 def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
@@ -379,10 +412,14 @@ def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
     Xavier-normal with gain beta; under ``"torch"`` it is torchscale's: the default init, weights
     and biases, times beta; under ``"gpt2"`` the std is 0.02 * beta, and beta takes the place of
     GPT-2's 1/sqrt(2 n_layers) on W_o and fc2 (both shrink the branches; applying both would
-    shrink them twice). For any other placement beta is 1 and the schemes are as listed.
+    shrink them twice). That last one is neither the paper's init nor torchscale's: it is GPT-2's
+    scheme with DeepNorm's branch shrinkage, kept so that every variant trains under the same
+    default. DeepNet's bound on the model update is derived for the Xavier init, so reproducing the
+    paper means ``init="xavier"`` (chapter 5 does, and measures what the choice changes). For any
+    placement without alpha, beta is 1 and the schemes are as listed.
     """
     a, m, beta = block.attn, block.mlp, block.beta
-    deepnorm = block.placement.shortcut_scale
+    deepnorm = block.placement.shortcut_scale or block.placement.branch_scale
     residual = 1.0 if deepnorm else 1.0 / math.sqrt(2 * n_layers)
     d = a.o.in_features
     # (weight, bias, gain, is a branch output): W_q, W_k, W_v are slices of the fused weight, each

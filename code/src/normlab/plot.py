@@ -25,6 +25,7 @@ VARIANT_COLORS = {
     "sandwich": "#009E73",  # bluish green
     "deepnorm": "#CC79A7",  # reddish purple
     "normformer": "#E69F00",  # orange
+    "reordered": "#56B4E9",  # sky blue
 }
 _LABELS = {
     "post": "post-LN",
@@ -32,6 +33,7 @@ _LABELS = {
     "sandwich": "sandwich",
     "deepnorm": "DeepNorm",
     "normformer": "NormFormer",
+    "reordered": "reordered (OLMo 2)",
 }
 OUTCOME_MARKERS = {"trained": "o", "stalled": "s", "diverged": "x"}
 
@@ -119,7 +121,10 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
     p = placement(norm)
     name = norm if isinstance(norm, str) else "custom"
     x_trunk, x_branch, h = 0.12, 0.62, 0.28  # h: half a box's height
-    add_w = 0.26 if p.shortcut_scale else 0.2
+    shortcut = f"{norm_label}(x)" if p.shortcut_normed else "x"
+    shortcut = f"α·{shortcut}" if p.shortcut_scale else shortcut
+    add_text = "+ α·" if p.branch_scale else ("+" if shortcut == "x" else f"{shortcut} +")
+    add_w = 0.2 + 0.035 * (len(add_text) - 1)
     y = -0.2
     ax.text(x_trunk, y - 0.3, "x", ha="center", va="center", fontsize=11, style="italic")
     for sub, out_norm in (("Attention", p.attn_out_norm), ("FFN", p.ffn_out_norm)):
@@ -141,7 +146,7 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
         y_add = ys[-1] + 0.8
         _arrow(ax, (x_trunk, y), (x_trunk, y_add - h))  # the shortcut
         _arrow(ax, (x_branch, ys[-1] + h), (x_trunk + add_w / 2, y_add))  # the branch joins it
-        _box(ax, y_add, "α·x +" if p.shortcut_scale else "+", "add", x=x_trunk, w=add_w)
+        _box(ax, y_add, add_text, "add", x=x_trunk, w=add_w)
         y = y_add + h
         if p.trunk_norm:
             _arrow(ax, (x_trunk, y), (x_trunk, y + 0.25))

@@ -24,6 +24,7 @@ __all__ = [
     "grad_norms",
     "residual_stream",
     "residual_norms",
+    "max_activations",
     "stack_jacobian",
     "norm_input_scale",
     "record_attention_logits",
@@ -117,6 +118,26 @@ def residual_norms(model: TransformerLM, idx: torch.Tensor, *, train: bool = Fal
     """E||x_l||^2 / d for l = 0 .. L, averaged over batch and positions: shape [L + 1]. Eval mode
     unless ``train=True``."""
     return torch.stack([x.pow(2).mean() for x in residual_stream(model, idx, train=train)])
+
+
+@torch.no_grad()
+def max_activations(model: TransformerLM, idx: torch.Tensor, *, train: bool = False) -> dict[str, torch.Tensor]:
+    """The largest activation of each residual-stream state x_0 .. x_L (shapes [L + 1]): ``max`` (the
+    largest |x| over batch, positions and channels), ``median`` (the median |x|, the typical size),
+    ``ratio`` (max / median: Sun et al.'s "massive activations", 2402.17762, are 1e3-1e4x), and where
+    the largest sits: ``position`` (token index) and ``channel``. Eval mode unless ``train=True``."""
+    out: dict[str, list] = {"max": [], "median": [], "position": [], "channel": []}
+    for x in residual_stream(model, idx, train=train):
+        a = x.abs()
+        flat = int(a.argmax())
+        _, t, d = a.shape
+        out["max"].append(a.flatten()[flat])
+        out["median"].append(a.median())
+        out["position"].append(torch.tensor((flat // d) % t))
+        out["channel"].append(torch.tensor(flat % d))
+    stats = {k: torch.stack(v) for k, v in out.items()}
+    stats["ratio"] = stats["max"] / stats["median"]
+    return stats
 
 
 def stack_jacobian(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
