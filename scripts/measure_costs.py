@@ -50,6 +50,8 @@ def main() -> None:
     os.environ["NORMLAB_SCALE"] = args.scale
     import torch
 
+    from normlab.results import default_workers
+
     out = ROOT / "book" / "_data" / f"costs-{args.scale}.json"
     old = json.loads(out.read_text())["seconds"] if out.exists() and args.only else {}
     seconds = dict(old)
@@ -84,6 +86,7 @@ def main() -> None:
             "date": datetime.date.today().isoformat(),
             "device": device(),
             "threads": torch.get_num_threads(),
+            "sweep_workers": default_workers(),  # run_many's worker processes, one torch thread each
             "torch": torch.__version__,
             "python": platform.python_version(),
             "revision": revision or "unknown",
