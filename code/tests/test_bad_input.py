@@ -100,7 +100,7 @@ def test_token_ids_outside_the_vocabulary_or_not_integers(idx, message):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"qk_norm": "yes"}, "qk_norm must be True or False, got 'yes'"),
+        ({"qk_norm": "yes"}, "qk_norm must be False, True or one of head, full, l2; got 'yes'"),
         ({"eps": -1e-5}, r"eps must be a number >= 0"),
         ({"eps": "1e-5"}, r"eps must be a number >= 0"),
     ],

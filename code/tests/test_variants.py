@@ -151,9 +151,10 @@ def test_normformer_parameter_overhead_is_2d_plus_2dff_plus_h_per_layer():
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_qk_norm_makes_attention_invariant_to_the_scale_of_wq_and_wk(variant, kind):
+@pytest.mark.parametrize("qk", [True, "full", "l2"])
+def test_qk_norm_makes_attention_invariant_to_the_scale_of_wq_and_wk(variant, kind, qk):
     torch.manual_seed(0)
-    block = Block(D, H, norm=variant, qk_norm=True, norm_kind=kind, eps=1e-8)
+    block = Block(D, H, norm=variant, qk_norm=qk, norm_kind=kind, eps=1e-8)
     x = torch.randn(2, 8, D)
     before = block(x)
     with torch.no_grad():
@@ -256,3 +257,83 @@ def test_gemma_rmsnorm_is_rmsnorm_with_gain_one_plus_weight():
     model = TransformerLM(256, D, H, 2, norm="sandwich", norm_kind="gemma_rms")
     norms = [m for m in model.modules() if isinstance(m, normlab.RMSNorm)]
     assert len(norms) == 2 * 4 + 1 and all(m.offset == 1.0 for m in norms)
+
+
+def test_qk_norm_true_is_the_per_head_kind():
+    torch.manual_seed(0)
+    a = Block(D, H, qk_norm=True)
+    torch.manual_seed(0)
+    b = Block(D, H, qk_norm="head")
+    x = torch.randn(2, 8, D)
+    torch.testing.assert_close(a(x), b(x), rtol=0, atol=0)
+    assert isinstance(a.attn.q_norm, nn.LayerNorm) and a.attn.q_norm.normalized_shape == (D // H,)
+
+
+def test_full_qk_norm_normalises_across_heads_and_per_head_does_not():
+    """OLMo 2 normalises the whole projection: scaling one head's W_q changes the other heads' q."""
+    x = torch.randn(2, 8, D)
+    changed = {}
+    for qk in ("head", "full"):
+        torch.manual_seed(0)
+        block = Block(D, H, norm="pre", qk_norm=qk, eps=1e-8, bias=False)
+        before = block(x)
+        with torch.no_grad():
+            block.attn.w_q[: D // H].mul_(5.0)  # head 0's rows of W_q only
+        changed[qk] = float((block(x) - before).abs().max().detach())
+    assert changed["head"] < 1e-5 and changed["full"] > 1e-3
+    assert Block(D, H, qk_norm="full").attn.q_proj_norm.normalized_shape == (D,)
+
+
+def test_l2_qk_norm_bounds_every_logit_by_the_learned_scale():
+    """Henry et al.: unit q and k make |q.k| <= 1, so the logit g q.k is at most g in size."""
+    torch.manual_seed(0)
+    model = TransformerLM(256, D, H, 2, qk_norm="l2")
+    g = math.sqrt(D // H)
+    assert all(float(b.attn.q_scale.weight) == pytest.approx(g) for b in model.blocks)
+    with torch.no_grad():
+        for b in model.blocks:
+            b.attn.w_q.mul_(100.0)  # would make ordinary attention's logits huge
+    stats = normlab.attention_stats(model, torch.randint(0, 256, (2, 16)))
+    assert bool((stats["max_logit"] <= g * (1 + 1e-5)).all())
+
+
+def test_normformer_resid_scale_multiplies_the_ffn_shortcut_only(randomise_norms):
+    """--scale-resids: x <- lambda * x + FFN(LN(x)) in the FFN sub-layer; lambda = 1 at init."""
+    nf_plus = dataclasses.replace(VARIANTS["normformer"], ffn_resid_scale=True)
+    torch.manual_seed(0)
+    block = Block(D, H, norm=nf_plus)
+    torch.manual_seed(0)
+    plain = Block(D, H, norm="normformer")
+    x = torch.randn(2, 8, D)
+    torch.testing.assert_close(block(x), plain(x), rtol=0, atol=0)  # lambda = 1: the same block
+    randomise_norms(block)
+    lam = torch.rand(D) + 0.5
+    with torch.no_grad():
+        block.ffn_shortcut[1].weight.copy_(lam)
+    h = block.attn_sublayer(x)
+    torch.testing.assert_close(block(x), lam * h + block.mlp(block.ffn_in(h)), rtol=0, atol=1e-6)
+    extra = sum(p.numel() for p in block.parameters()) - sum(p.numel() for p in plain.parameters())
+    assert extra == D
+
+
+def test_head_scale_before_or_after_w_o_are_two_reparametrisations_of_w_o():
+    """The paper scales head h's output before W_o (= W_o's columns of head h); fairseq scales the
+    h-th chunk of W_o's output (= W_o's rows and bias of chunk h). Fold each into W_o: same outputs."""
+    gains = torch.tensor([0.5, 2.0, 1.0, 3.0]).repeat_interleave(D // H)
+    x = torch.randn(2, 8, D)
+    fairseq = dataclasses.replace(VARIANTS["normformer"], head_scale_after_o=True)
+    for placement, fold in ((VARIANTS["normformer"], "columns"), (fairseq, "rows")):
+        torch.manual_seed(0)
+        block = Block(D, H, norm=placement)
+        scale = block.attn.head_scale_out if fold == "rows" else block.attn.head_scale
+        with torch.no_grad():
+            scale.weight.copy_(gains[:: D // H])
+        scaled = block.attn(x)
+        with torch.no_grad():
+            scale.weight.fill_(1.0)
+            if fold == "rows":
+                block.attn.o.weight.mul_(gains[:, None])
+                block.attn.o.bias.mul_(gains)
+            else:
+                block.attn.o.weight.mul_(gains[None, :])
+        torch.testing.assert_close(block.attn(x), scaled, rtol=1e-5, atol=1e-6)

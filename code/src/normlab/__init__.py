@@ -12,6 +12,7 @@ from .model import (
     INIT_SCHEMES,
     MLP,
     NORM_KINDS,
+    QK_NORMS,
     VARIANTS,
     Attention,
     Block,
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "batched", "claims", "exercises", "interop", "plot", "probes", "results", "stats",
-    "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "SCALES", "SCHEDULES",
+    "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "QK_NORMS", "SCALES", "SCHEDULES",
     "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",
     "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients", "PerScale", "Placement", "RMSNorm",
     "TrainConfig", "TrainResult", "TransformerLM",

@@ -17,6 +17,8 @@ from torch import nn
 __all__ = [
     "VARIANTS",
     "NORM_KINDS",
+    "QK_NORMS",
+    "qk_norm_kind",
     "INIT_SCHEMES",
     "ACTIVATIONS",
     "Placement",
@@ -25,6 +27,9 @@ __all__ = [
     "deepnorm_coefficients",
     "RMSNorm",
     "Scale",
+    "LearnedScale",
+    "L2Norm",
+    "HeadScale",
     "Attention",
     "MLP",
     "Block",
@@ -44,7 +49,8 @@ class Placement:
     Per sub-layer F (attention, then FFN) the block computes
     ``x <- trunk_norm(shortcut(skip(x)) + branch(out_norm(F(in_norm(x)))))``; a False field leaves
     its slot an identity. ``shortcut`` and ``branch`` multiply by DeepNorm's alpha when their
-    field is set; ``skip`` is ``in_norm`` when ``shortcut_normed`` is set.
+    field is set (the FFN's shortcut also by a learned per-channel scale with ``ffn_resid_scale``);
+    ``skip`` is ``in_norm`` when ``shortcut_normed`` is set.
     """
 
     in_norm: bool = False  # pre-LN: the sub-layer reads LN(x)
@@ -56,6 +62,8 @@ class Placement:
     ffn_mid_norm: bool = False  # NormFormer: LN after the FFN activation (width d_ff)
     branch_scale: bool = False  # alpha on the branch instead: labml's DeepNorm bug (their issue #145)
     shortcut_normed: bool = False  # the shortcut carries in_norm(x), not x (ChatGLM-6B's GLMBlock)
+    ffn_resid_scale: bool = False  # NormFormer's --scale-resids: a learned per-channel scale on the FFN shortcut
+    head_scale_after_o: bool = False  # with head_scale: scale W_o's output chunks, as fairseq does (#3973)
 
     @property
     def final_norm(self) -> bool:
@@ -73,6 +81,10 @@ VARIANTS: dict[str, Placement] = {
 }
 # "gemma_rms" is RMSNorm with gain (1 + weight), weight initialised to 0, as Gemma computes it.
 NORM_KINDS = ("layer", "rms", "gemma_rms")
+# What QK-norm normalises: "head" each head's q and k over d_head (Qwen3, Gemma 3; ViT-22B with
+# LayerNorm), "full" the whole projection before the head split (OLMo 2), "l2" each head's q and k
+# to unit length with a learned scale g in place of 1/sqrt(d_head) (Henry et al. 2020). True = "head".
+QK_NORMS = ("head", "full", "l2")
 INIT_SCHEMES = ("gpt2", "xavier", "torch")
 ACTIVATIONS = ("gelu", "relu")
 
@@ -84,6 +96,17 @@ def placement(norm: Union[str, Placement]) -> Placement:
     if norm not in VARIANTS:
         raise ValueError(f"unknown norm placement {norm!r}; valid choices: {', '.join(VARIANTS)}")
     return VARIANTS[norm]
+
+
+def qk_norm_kind(qk_norm: Union[bool, str, None]) -> Optional[str]:
+    """The QK-norm kind a ``qk_norm`` argument names: None (off), or one of `QK_NORMS` (True is "head")."""
+    if qk_norm is None or qk_norm is False:
+        return None
+    if qk_norm is True:
+        return "head"
+    if isinstance(qk_norm, str) and qk_norm in QK_NORMS:
+        return qk_norm
+    raise ValueError(f"qk_norm must be False, True or one of {', '.join(QK_NORMS)}; got {qk_norm!r}")
 
 
 def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
@@ -185,24 +208,54 @@ def make_norm(kind: str, d: int, eps: float, bias: bool) -> nn.Module:
 
 
 class HeadScale(nn.Module):
-    """NormFormer's per-head gain, applied to each head's output BEFORE W_o (not after, as fairseq)."""
+    """NormFormer's per-head gain, initialised to 1. The paper scales each head's output BEFORE
+    W_o (input [B, H, T, d_head]); fairseq's ``--scale-heads`` scales the H chunks of W_o's OUTPUT
+    (``after_o=True``, input [B, T, d]): each is a reparametrisation of W_o, not the same one."""
 
-    def __init__(self, n_heads: int) -> None:
+    def __init__(self, n_heads: int, *, after_o: bool = False) -> None:
         super().__init__()
+        self.after_o = after_o
         self.weight = nn.Parameter(torch.ones(n_heads))
 
-    def forward(self, y: torch.Tensor) -> torch.Tensor:  # y: [B, H, T, d_head]
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        if self.after_o:  # [B, T, d] seen as [B, T, H, d/H]
+            return (y.unflatten(-1, (self.weight.numel(), -1)) * self.weight[:, None]).flatten(-2)
         return y * self.weight.view(1, -1, 1, 1)
+
+
+class L2Norm(nn.Module):
+    """Scales each vector to unit length (Henry et al.'s QK-norm, before the learned scale)."""
+
+    def __init__(self, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, dim=-1, eps=self.eps)
+
+
+class LearnedScale(nn.Module):
+    """A learned scale: one number (``shape=()``), or one per channel, initialised to ``init``."""
+
+    def __init__(self, shape: Union[int, tuple[int, ...]] = (), init: float = 1.0) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full(shape if isinstance(shape, tuple) else (shape,), float(init)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
 
 
 class Attention(nn.Module):
     """Multi-head self-attention through `F.scaled_dot_product_attention`.
 
-    QK-norm normalises q and k per head over d_head (as Qwen3 and Gemma 3 do; OLMo 2 normalises
-    the full projection instead). ``attn_dropout`` drops attention probabilities (0 by default, as
-    in fairseq); the dropout on the sub-layer's output lives in `Block`, after the branch's last
-    norm. Setting ``record_logits = True`` takes an explicit path that stores per-layer logit
-    statistics in ``logit_stats``; only the probes set it, on a forward pass of their own.
+    ``qk_norm`` (see `QK_NORMS`) normalises q and k per head over d_head ("head", as Qwen3 and
+    Gemma 3), over the whole projection before the head split ("full", OLMo 2), or to unit length
+    per head with a learned scale g replacing 1/sqrt(d_head) ("l2", Henry et al.; g starts at
+    sqrt(d_head), so the logits start at ordinary attention's scale). ``attn_dropout`` drops
+    attention probabilities (0 by default, as in fairseq); the dropout on the sub-layer's output
+    lives in `Block`, after the branch's last norm. Setting ``record_logits = True`` takes an
+    explicit path that stores per-layer logit statistics in ``logit_stats``; only the probes set
+    it, on a forward pass of their own.
     """
 
     def __init__(
@@ -210,8 +263,9 @@ class Attention(nn.Module):
         d_model: int,
         n_heads: int,
         *,
-        qk_norm: bool = False,
+        qk_norm: Union[bool, str] = False,
         head_scale: bool = False,
+        head_scale_after_o: bool = False,
         norm_kind: str = "layer",
         eps: float = 1e-5,
         bias: bool = True,
@@ -220,14 +274,28 @@ class Attention(nn.Module):
     ) -> None:
         super().__init__()
         self.n_heads, self.d_head, self.causal = n_heads, d_model // n_heads, causal
+        kind = qk_norm_kind(qk_norm)
         self.attn_dropout = attn_dropout
         # W_q, W_k, W_v stacked in one weight [3d, d] (as PyTorch's in_proj_weight and nanoGPT's
         # c_attn): one matmul instead of three, and `w_q`, `w_k`, `w_v` name the slices.
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.o = nn.Linear(d_model, d_model, bias=bias)
-        self.q_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
-        self.k_norm = make_norm(norm_kind, self.d_head, eps, bias) if qk_norm else nn.Identity()
-        self.head_scale = HeadScale(n_heads) if head_scale else nn.Identity()
+        # QK-norm's slots: over the whole projection (q_proj_norm), per head (q_norm), the learned
+        # scale of the "l2" kind (q_scale); the softmax temperature 1/sqrt(d_head) unless "l2".
+        full, per_head = kind == "full", kind in ("head", "l2")
+
+        def per_head_norm() -> nn.Module:
+            return L2Norm() if kind == "l2" else make_norm(norm_kind, self.d_head, eps, bias)
+
+        self.q_proj_norm = make_norm(norm_kind, d_model, eps, bias) if full else nn.Identity()
+        self.k_proj_norm = make_norm(norm_kind, d_model, eps, bias) if full else nn.Identity()
+        self.q_norm = per_head_norm() if per_head else nn.Identity()
+        self.k_norm = per_head_norm() if per_head else nn.Identity()
+        self.q_scale = LearnedScale((), math.sqrt(self.d_head)) if kind == "l2" else nn.Identity()
+        self.scale = 1.0 if kind == "l2" else 1.0 / math.sqrt(self.d_head)
+        before_o, after_o = head_scale and not head_scale_after_o, head_scale and head_scale_after_o
+        self.head_scale = HeadScale(n_heads) if before_o else nn.Identity()
+        self.head_scale_out = HeadScale(n_heads, after_o=True) if after_o else nn.Identity()
         self.record_logits = False
         self.logit_stats: dict[str, torch.Tensor] = {}
 
@@ -252,18 +320,19 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=-1)
-        q, k, v = self.q_norm(self._heads(q)), self.k_norm(self._heads(k)), self._heads(v)
+        q = self.q_scale(self.q_norm(self._heads(self.q_proj_norm(q))))
+        k, v = self.k_norm(self._heads(self.k_proj_norm(k))), self._heads(v)
         if self.record_logits:
             y = self._attend_and_record(q, k, v)
         else:
             p = self.attn_dropout if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal, scale=self.scale)
         y = self.head_scale(y).transpose(1, 2).reshape(b, n, d)
-        return self.o(y)
+        return self.head_scale_out(self.o(y))
 
     def _attend_and_record(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         n = q.shape[-2]
-        logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)
+        logits = (q @ k.transpose(-2, -1)) * self.scale
         allowed = torch.ones(n, n, dtype=torch.bool, device=q.device)
         if self.causal:
             allowed = allowed.tril()
@@ -324,7 +393,7 @@ class Block(nn.Module):
         n_heads: int,
         *,
         norm: Union[str, Placement] = "pre",
-        qk_norm: bool = False,
+        qk_norm: Union[bool, str] = False,
         norm_kind: str = "layer",
         d_ff: Optional[int] = None,
         dropout: float = 0.0,
@@ -350,8 +419,7 @@ class Block(nn.Module):
         for name, rate in (("dropout", dropout), ("attn_dropout", attn_dropout)):
             if not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {rate}")
-        if not isinstance(qk_norm, bool):  # "yes" or "no" would otherwise both switch it on
-            raise ValueError(f"qk_norm must be True or False, got {qk_norm!r}")
+        qk_norm_kind(qk_norm)  # "yes" or "no" would otherwise both switch it on
         if not (isinstance(eps, (int, float)) and eps >= 0):  # 0 is the exact norm (chapter 3 uses it)
             raise ValueError(f"eps must be a number >= 0 (the norms divide by sqrt(var + eps)), got {eps!r}")
 
@@ -361,6 +429,9 @@ class Block(nn.Module):
         self.beta = (coef.beta if deepnorm_beta is None else deepnorm_beta) if scaled else 1.0
         self.shortcut = Scale(self.alpha) if p.shortcut_scale else nn.Identity()
         self.branch = Scale(self.alpha) if p.branch_scale else nn.Identity()
+        # NormFormer's --scale-resids: lambda * x on the FFN's shortcut only, lambda learned, init 1.
+        resid = LearnedScale(d_model) if p.ffn_resid_scale else nn.Identity()
+        self.ffn_shortcut = nn.Sequential(self.shortcut, resid) if p.ffn_resid_scale else self.shortcut
 
         def norm_if(used: bool, width: int = d_model) -> nn.Module:
             return make_norm(norm_kind, width, eps, bias) if used else nn.Identity()
@@ -375,8 +446,8 @@ class Block(nn.Module):
         self.attn_skip = self.attn_in if p.shortcut_normed else nn.Identity()
         self.ffn_skip = self.ffn_in if p.shortcut_normed else nn.Identity()
         self.attn = Attention(
-            d_model, n_heads, qk_norm=qk_norm, head_scale=p.head_scale, norm_kind=norm_kind,
-            eps=eps, bias=bias, attn_dropout=attn_dropout, causal=causal,
+            d_model, n_heads, qk_norm=qk_norm, head_scale=p.head_scale, head_scale_after_o=p.head_scale_after_o,
+            norm_kind=norm_kind, eps=eps, bias=bias, attn_dropout=attn_dropout, causal=causal,
         )  # fmt: skip
         self.mlp = MLP(
             d_model, d_ff, activation=activation, mid_norm=p.ffn_mid_norm, norm_kind=norm_kind,
@@ -395,7 +466,7 @@ class Block(nn.Module):
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
         branch = self.ffn_drop(self.ffn_out(self.mlp(self.ffn_in(x))))
-        return self.ffn_trunk(self.shortcut(self.ffn_skip(x)) + self.branch(branch))
+        return self.ffn_trunk(self.ffn_shortcut(self.ffn_skip(x)) + self.branch(branch))
 
 
 def init_block_(block: Block, scheme: str, *, n_layers: int = 1) -> None:
@@ -468,7 +539,7 @@ class TransformerLM(nn.Module):
         n_layers: int,
         *,
         norm: Union[str, Placement] = "pre",
-        qk_norm: bool = False,
+        qk_norm: Union[bool, str] = False,
         max_seq_len: int = 256,
         norm_kind: str = "layer",
         d_ff: Optional[int] = None,

@@ -131,7 +131,7 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
         items = [(norm_label, "norm")] if p.in_norm else []
         inner = sub
         if sub == "Attention" and p.head_scale:
-            inner += "\n+ head scale"
+            inner += "\n+ head scale" + (" after W_o" if p.head_scale_after_o else "")
         if sub == "FFN" and p.ffn_mid_norm:
             inner += f"\n+ {norm_label} after act"
         items.append((inner, "sub"))
@@ -146,7 +146,8 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
         y_add = ys[-1] + 0.8
         _arrow(ax, (x_trunk, y), (x_trunk, y_add - h))  # the shortcut
         _arrow(ax, (x_branch, ys[-1] + h), (x_trunk + add_w / 2, y_add))  # the branch joins it
-        _box(ax, y_add, add_text, "add", x=x_trunk, w=add_w)
+        text = add_text.replace("+", "λ·x +", 1) if sub == "FFN" and p.ffn_resid_scale and add_text == "+" else add_text
+        _box(ax, y_add, text, "add", x=x_trunk, w=add_w + (0.1 if text != add_text else 0.0))
         y = y_add + h
         if p.trunk_norm:
             _arrow(ax, (x_trunk, y), (x_trunk, y + 0.25))
