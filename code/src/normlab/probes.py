@@ -124,7 +124,7 @@ def residual_norms(model: TransformerLM, idx: torch.Tensor, *, train: bool = Fal
 def max_activations(model: TransformerLM, idx: torch.Tensor, *, train: bool = False) -> dict[str, torch.Tensor]:
     """The largest activation of each residual-stream state x_0 .. x_L (shapes [L + 1]): ``max`` (the
     largest |x| over batch, positions and channels), ``median`` (the median |x|, the typical size),
-    ``ratio`` (max / median: Sun et al.'s "massive activations", 2402.17762, are 1e3-1e4x), and where
+    ``ratio`` (max / median: Sun et al.'s "massive activations", 2402.17762, are about 1e4-1e5x), and where
     the largest sits: ``position`` (token index) and ``channel``. Eval mode unless ``train=True``."""
     out: dict[str, list] = {"max": [], "median": [], "position": [], "channel": []}
     for x in residual_stream(model, idx, train=train):
