@@ -104,8 +104,16 @@ def test_workers_must_be_a_positive_integer(corpus):
             run_many(JOBS[:1], corpus=corpus, workers=bad)
 
 
-def test_the_default_uses_the_cores_there_are():
-    assert 1 <= default_workers() <= (torch.multiprocessing.cpu_count() or 1)
+def test_the_default_uses_the_cores_there_are_on_a_linux_cpu_and_one_process_elsewhere(monkeypatch):
+    import os
+    import sys
+
+    import normlab.results as results
+
+    if sys.platform.startswith("linux"):
+        assert default_workers() == len(os.sched_getaffinity(0))
+    monkeypatch.setattr(results, "get_device", lambda: torch.device("cuda"))
+    assert default_workers() == 1  # a GPU: runs stay in-process (batched), never forked workers
 
 
 def test_a_batched_sweep_gives_the_one_by_one_curves_to_float_tolerance(corpus):
