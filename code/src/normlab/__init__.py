@@ -1,7 +1,7 @@
 """normlab: where the LayerNorm goes in a Transformer block, as code the book imports and shows.
 
-`Block` and `TransformerLM` take the norm placement as data (`VARIANTS`); the rest is the data,
-training loop, probes and plots the chapters measure with.
+`Block` and `TransformerLM` take the norm placement as data (`VARIANTS`, and `LAYERWISE` for stacks
+whose blocks differ); the rest is the data, training loop, probes and plots the chapters measure with.
 """
 
 from . import batched, claims, exercises, interop, plot, probes, results, stats
@@ -10,6 +10,7 @@ from .jacobian import layernorm_jacobian, rmsnorm_jacobian
 from .model import (
     ACTIVATIONS,
     INIT_SCHEMES,
+    LAYERWISE,
     MLP,
     NORM_KINDS,
     QK_NORMS,
@@ -17,12 +18,17 @@ from .model import (
     Attention,
     Block,
     DeepNormCoefficients,
+    DyT,
     Placement,
     RMSNorm,
     TransformerLM,
+    admin_init,
     deepnorm_coefficients,
     init_block_,
+    layernorm_scaling,
+    mix_ln,
     placement,
+    placements,
 )
 from .probes import attention_stats, grad_norms, model_update, norm_input_scale, residual_norms
 from .scale import SCALES, PerScale, describe_environment, get_device, get_scale, seed_base, seeds
@@ -33,6 +39,7 @@ from .train import (
     TrainConfig,
     TrainResult,
     classify_outcome,
+    data_init_,
     lr_multiplier,
     run,
     train,
@@ -42,12 +49,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "batched", "claims", "exercises", "interop", "plot", "probes", "results", "stats",
-    "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "NORM_KINDS", "OUTCOMES", "QK_NORMS", "SCALES", "SCHEDULES",
-    "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",
-    "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients", "PerScale", "Placement", "RMSNorm",
+    "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "LAYERWISE", "NORM_KINDS", "OUTCOMES", "QK_NORMS", "SCALES",
+    "SCHEDULES", "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",
+    "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients", "DyT", "PerScale", "Placement", "RMSNorm",
     "TrainConfig", "TrainResult", "TransformerLM",
-    "attention_stats", "classify_outcome", "deepnorm_coefficients", "describe_environment",
-    "get_device", "get_scale", "grad_norms", "init_block_", "layernorm_jacobian", "load_corpus",
-    "lr_multiplier", "model_update", "norm_input_scale", "placement", "residual_norms",
+    "admin_init", "attention_stats", "classify_outcome", "data_init_", "deepnorm_coefficients",
+    "describe_environment", "get_device", "get_scale", "grad_norms", "init_block_", "layernorm_jacobian",
+    "layernorm_scaling", "load_corpus", "lr_multiplier", "mix_ln", "model_update", "norm_input_scale",
+    "placement", "placements", "residual_norms",
     "rmsnorm_jacobian", "run", "seed_base", "seeds", "train",
 ]  # fmt: skip

@@ -18,9 +18,9 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from .data import Corpus, load_corpus
 from .model import TransformerLM
-from .probes import mode
+from .probes import block_param_names, mode
 from .scale import get_device
-from .train import LossMonitor, TrainConfig, TrainResult, _finite, adamw_weight_decay, lr_multiplier
+from .train import LossMonitor, TrainConfig, TrainResult, _finite, adamw_weight_decay, data_init_, lr_multiplier
 
 __all__ = ["SHARED_FIELDS", "train_batched", "batchable"]
 
@@ -66,10 +66,16 @@ def _check(model_kwargs: dict[str, Any], configs: Sequence[TrainConfig]) -> None
                 )
 
 
+def _per_run(t: torch.Tensor) -> torch.Tensor:
+    """A stacked tensor as [K, entries]; flatten(1) would fail on a scalar parameter's [K] stack
+    (ReZero's gate, DyT's alpha, the l2 QK-norm's scale)."""
+    return t.reshape(t.shape[0], -1)
+
+
 def _sq_sums(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """Per run, the sum of squares over all the given stacked tensors: [K], in float64 as the
     sequential loop adds its per-tensor floats in Python."""
-    return torch.stack([t.pow(2).flatten(1).sum(1) for t in tensors]).double().sum(0)
+    return torch.stack([_per_run(t.pow(2)).sum(1) for t in tensors]).double().sum(0)
 
 
 def train_batched(
@@ -103,8 +109,10 @@ def train_batched(
     models = []
     for config in configs:
         torch.manual_seed(config.seed)  # as run() does, so run i starts from run(...)'s weights
-        models.append(TransformerLM(corpus.vocab_size, **model_kwargs).to(device))
-    block_params = dict(models[0].blocks[0].named_parameters())
+        model = TransformerLM(corpus.vocab_size, **model_kwargs)
+        data_init_(model, corpus, config)  # before the move, as in run(): the same omegas
+        models.append(model.to(device))
+    block_params = block_param_names(models[0])
     if shared.grad_param not in block_params:
         raise ValueError(f"unknown block parameter {shared.grad_param!r}; valid choices: {', '.join(block_params)}")
     stacked, buffers = stack_module_state(models)
@@ -171,13 +179,13 @@ def train_batched(
             stepping = list(active)
             if log_now:
                 stats = torch.stack(
-                    [torch.stack([grads[n].flatten(1).norm(dim=1) for n in watched]).double(),
-                     torch.stack([grads[n].abs().flatten(1).mean(1) for n in watched]).double(),
+                    [torch.stack([_per_run(grads[n]).norm(dim=1) for n in watched]).double(),
+                     torch.stack([_per_run(grads[n].abs()).mean(1) for n in watched]).double(),
                      torch.stack([_sq_sums([grads[n] for n in names]).sqrt() for names in block_names])]
                 ).transpose(1, 2).tolist()  # [stat, run, layer]  # fmt: skip
             if any(c is not None for c in clips):
                 # nn.utils.clip_grad_norm_: the norm of the per-tensor norms, coefficient clamped at 1.
-                total = torch.linalg.vector_norm(torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()]), dim=0)
+                total = torch.linalg.vector_norm(torch.stack([_per_run(g).norm(dim=1) for g in grads.values()]), dim=0)
                 limit = torch.tensor([math.inf if c is None else c for c in clips], dtype=total.dtype, device=device)
                 coef = torch.clamp(limit / (total + 1e-6), max=1.0)
                 coef = torch.where(torch.isinf(limit), torch.ones_like(coef), coef)  # no clip: exactly 1

@@ -1,14 +1,15 @@
 """The Transformer block whose norm placement is data, and the decoder-only LM built from it.
 
-Every variant the book compares (post, pre, sandwich, reordered, DeepNorm, NormFormer, each with
-or without QK-norm) is the same `Block`; an unused slot is `nn.Identity()`.
+Every variant the book compares (post, pre, sandwich, reordered, DeepNorm, NormFormer, ReZero,
+Admin, each with or without QK-norm) is the same `Block`; an unused slot is `nn.Identity()`. A
+stack may give each block its own placement (Mix-LN, LayerNorm Scaling: `LAYERWISE`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import NamedTuple, Optional, Union
+from dataclasses import dataclass, replace
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,7 @@ from torch import nn
 
 __all__ = [
     "VARIANTS",
+    "LAYERWISE",
     "NORM_KINDS",
     "QK_NORMS",
     "qk_norm_kind",
@@ -23,9 +25,13 @@ __all__ = [
     "ACTIVATIONS",
     "Placement",
     "placement",
+    "placements",
+    "mix_ln",
+    "layernorm_scaling",
     "DeepNormCoefficients",
     "deepnorm_coefficients",
     "RMSNorm",
+    "DyT",
     "Scale",
     "LearnedScale",
     "L2Norm",
@@ -34,6 +40,7 @@ __all__ = [
     "MLP",
     "Block",
     "TransformerLM",
+    "admin_init",
 ]
 
 
@@ -47,10 +54,12 @@ class Placement:
     """Which slots of a block are filled. Two variants differ in the fields that differ.
 
     Per sub-layer F (attention, then FFN) the block computes
-    ``x <- trunk_norm(shortcut(skip(x)) + branch(out_norm(F(in_norm(x)))))``; a False field leaves
-    its slot an identity. ``shortcut`` and ``branch`` multiply by DeepNorm's alpha when their
-    field is set (the FFN's shortcut also by a learned per-channel scale with ``ffn_resid_scale``);
-    ``skip`` is ``in_norm`` when ``shortcut_normed`` is set.
+    ``x <- trunk_norm(shortcut(skip(x)) + branch(out_norm(F(in_scale(in_norm(x))))))``; a False
+    (or None) field leaves its slot an identity. ``shortcut`` and ``branch`` multiply by DeepNorm's
+    alpha when their field is set (the FFN's shortcut also by a learned per-channel scale with
+    ``ffn_resid_scale``, each sub-layer's by Admin's omega with ``shortcut_omega``; the branch by
+    ReZero's learned scalar with ``resweight``); ``skip`` is ``in_norm`` when ``shortcut_normed`` is
+    set; ``in_scale`` multiplies by ``in_norm_scale``.
     """
 
     in_norm: bool = False  # pre-LN: the sub-layer reads LN(x)
@@ -64,11 +73,31 @@ class Placement:
     shortcut_normed: bool = False  # the shortcut carries in_norm(x), not x (ChatGLM-6B's GLMBlock)
     ffn_resid_scale: bool = False  # NormFormer's --scale-resids: a learned per-channel scale on the FFN shortcut
     head_scale_after_o: bool = False  # with head_scale: scale W_o's output chunks, as fairseq does (#3973)
+    # ReZero (2003.04887): x + a * F(x), a learned scalar per block (the authors' "resweight", one for
+    # both sub-layers) that starts at 0, so every block starts as the identity and no norm is needed.
+    resweight: bool = False
+    omit_final_norm: bool = False  # ReZero's stack has no final norm either, though its trunk is never normed
+    # Admin (2004.08249): LN(omega * x + F(x)), omega a learned per-channel vector per sub-layer whose
+    # start (`admin_init`, a profiling pass) bounds how much each block leans on its own branch.
+    shortcut_omega: bool = False
+    # LayerNorm Scaling (2502.05795): in_norm's output times 1/sqrt(l) in block l, so that pre-LN's
+    # output variance stops growing with depth and deep blocks stop collapsing toward the identity.
+    in_norm_scale: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.in_norm_scale is None:
+            return
+        scale = self.in_norm_scale
+        if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale < math.inf):
+            raise ValueError(f"in_norm_scale must be None or a finite number > 0, got {scale!r}")
+        if not self.in_norm:
+            raise ValueError("in_norm_scale scales in_norm's output: it needs in_norm=True")
 
     @property
     def final_norm(self) -> bool:
-        """A stack needs a final norm before the LM head exactly when its trunk is never normed."""
-        return not self.trunk_norm
+        """A stack needs a final norm before the LM head exactly when its trunk is never normed
+        (ReZero, ``omit_final_norm``, keeps its head on the raw trunk as its paper does)."""
+        return not (self.trunk_norm or self.omit_final_norm)
 
 
 VARIANTS: dict[str, Placement] = {
@@ -78,9 +107,13 @@ VARIANTS: dict[str, Placement] = {
     "deepnorm": Placement(trunk_norm=True, shortcut_scale=True),  # DeepNet 2203.00555
     "normformer": Placement(in_norm=True, attn_out_norm=True, head_scale=True, ffn_mid_norm=True),  # 2110.09456
     "reordered": Placement(attn_out_norm=True, ffn_out_norm=True),  # OLMo 2 (2501.00656): x + Norm(F(x))
+    "rezero": Placement(resweight=True, omit_final_norm=True),  # Bachlechner et al. 2020 (2003.04887)
+    # Liu et al. 2020 (2004.08249). Until `admin_init` profiles omega (train.run does) it is 1: post-LN.
+    "admin": Placement(trunk_norm=True, shortcut_omega=True),
 }
 # "gemma_rms" is RMSNorm with gain (1 + weight), weight initialised to 0, as Gemma computes it.
-NORM_KINDS = ("layer", "rms", "gemma_rms")
+# "dyt" is no norm at all but DyT, gamma * tanh(alpha * x) + beta, in every norm's place (2503.10622).
+NORM_KINDS = ("layer", "rms", "gemma_rms", "dyt")
 # What QK-norm normalises: "head" each head's q and k over d_head (Qwen3, Gemma 3; ViT-22B with
 # LayerNorm), "full" the whole projection before the head split (OLMo 2), "l2" each head's q and k
 # to unit length with a learned scale g in place of 1/sqrt(d_head) (Henry et al. 2020). True = "head".
@@ -93,9 +126,58 @@ def placement(norm: Union[str, Placement]) -> Placement:
     """The `Placement` for a variant name (or pass one through), with an error that lists the names."""
     if isinstance(norm, Placement):
         return norm
+    if isinstance(norm, str) and norm in LAYERWISE:
+        raise ValueError(
+            f"{norm!r} gives each block of a stack its own placement: pass it to TransformerLM, or pick a "
+            f"block's from {LAYERWISE[norm].__name__}(n_layers); valid choices here: {', '.join(VARIANTS)}"
+        )
     if norm not in VARIANTS:
         raise ValueError(f"unknown norm placement {norm!r}; valid choices: {', '.join(VARIANTS)}")
     return VARIANTS[norm]
+
+
+def mix_ln(n_layers: int, post_fraction: float = 0.25) -> tuple[Placement, ...]:
+    """Mix-LN (Li et al. 2024, 2412.13795): post-LN in the first floor(post_fraction * n_layers)
+    blocks, pre-LN in the rest, for gradient norms more even across depth than pre-LN's (small in
+    the deep blocks) or post-LN's (vanishing in the early ones). 0.25 is the paper's default (its
+    scripts: 3 of 12 layers at 71M, 6 of 24 at 1B). The stack ends in pre-LN blocks, so it keeps
+    pre-LN's final norm."""
+    _positive(n_layers=n_layers)
+    if not (isinstance(post_fraction, (int, float)) and 0.0 <= post_fraction <= 1.0):
+        raise ValueError(f"post_fraction must be a number in [0, 1], got {post_fraction!r}")
+    k = math.floor(post_fraction * n_layers)
+    return (VARIANTS["post"],) * k + (VARIANTS["pre"],) * (n_layers - k)
+
+
+def layernorm_scaling(n_layers: int) -> tuple[Placement, ...]:
+    """LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth in LLMs", 2502.05795): pre-LN whose
+    in-norm output in block l (counted from 1) is multiplied by 1/sqrt(l); block 1 is plain pre-LN."""
+    _positive(n_layers=n_layers)
+    return tuple(replace(VARIANTS["pre"], in_norm_scale=1.0 / math.sqrt(depth)) for depth in range(1, n_layers + 1))
+
+
+# Names whose blocks differ along the stack: each maps n_layers to one Placement per block.
+LAYERWISE: dict[str, Callable[[int], tuple[Placement, ...]]] = {"mixln": mix_ln, "lnscaled": layernorm_scaling}
+
+
+def placements(norm: Union[str, Placement, Sequence[Union[str, Placement]]], n_layers: int) -> tuple[Placement, ...]:
+    """One `Placement` per block of an ``n_layers`` stack: a name in `VARIANTS` or a Placement gives
+    every block the same one, a name in `LAYERWISE` its per-layer sequence, and a sequence of names
+    or Placements one per block (it must have ``n_layers`` of them)."""
+    _positive(n_layers=n_layers)
+    if isinstance(norm, str) and norm in LAYERWISE:
+        return LAYERWISE[norm](n_layers)
+    if isinstance(norm, (str, Placement)):
+        if isinstance(norm, str) and norm not in VARIANTS:
+            names = ", ".join([*VARIANTS, *LAYERWISE])
+            raise ValueError(f"unknown norm placement {norm!r}; valid choices: {names}, or one Placement per block")
+        return (placement(norm),) * n_layers
+    if not isinstance(norm, Sequence):
+        raise ValueError(f"norm must be a variant name, a Placement or one of them per block, got {norm!r}")
+    per_block = tuple(placement(p) for p in norm)
+    if len(per_block) != n_layers:
+        raise ValueError(f"norm gives {len(per_block)} placements for n_layers={n_layers}: it needs one per block")
+    return per_block
 
 
 def qk_norm_kind(qk_norm: Union[bool, str, None]) -> Optional[str]:
@@ -201,9 +283,32 @@ class Scale(nn.Module):
         return f"{float(self.value):.4g}"
 
 
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025, 2503.10622): gamma * tanh(alpha * x) + beta, in a norm's place.
+
+    alpha is one learned scalar, initialised at ``alpha_init`` (the paper's default 0.5); gamma = 1
+    and beta = 0 per channel, as a LayerNorm's affine. It computes no statistic: tanh squashes the
+    rare large entries that a norm would divide down, and is nearly linear on the rest.
+    """
+
+    def __init__(self, d: int, alpha_init: float = 0.5, *, bias: bool = True) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(d))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(d))
+        else:  # a model without biases gets none here either; a constant 0 keeps forward free of branches
+            self.register_buffer("bias", torch.zeros(d), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.alpha * x) * self.weight + self.bias
+
+
 def make_norm(kind: str, d: int, eps: float, bias: bool) -> nn.Module:
     if kind == "layer":
         return nn.LayerNorm(d, eps=eps, bias=bias)
+    if kind == "dyt":  # no statistic, so no eps
+        return DyT(d, bias=bias)
     return RMSNorm(d, eps=eps, unit_offset=kind == "gemma_rms")
 
 
@@ -428,10 +533,21 @@ class Block(nn.Module):
         self.alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if scaled else 1.0
         self.beta = (coef.beta if deepnorm_beta is None else deepnorm_beta) if scaled else 1.0
         self.shortcut = Scale(self.alpha) if p.shortcut_scale else nn.Identity()
-        self.branch = Scale(self.alpha) if p.branch_scale else nn.Identity()
+        branch = Scale(self.alpha) if p.branch_scale else nn.Identity()
+        # ReZero's a starts at 0: the block is the identity until training moves it.
+        self.branch = nn.Sequential(branch, LearnedScale((), 0.0)) if p.resweight else branch
         # NormFormer's --scale-resids: lambda * x on the FFN's shortcut only, lambda learned, init 1.
         resid = LearnedScale(d_model) if p.ffn_resid_scale else nn.Identity()
-        self.ffn_shortcut = nn.Sequential(self.shortcut, resid) if p.ffn_resid_scale else self.shortcut
+        ffn_shortcut = nn.Sequential(self.shortcut, resid) if p.ffn_resid_scale else self.shortcut
+
+        # Admin's omega, one per sub-layer: 1 (post-LN) until `admin_init` profiles it. Without it
+        # each sub-layer's shortcut is `self.shortcut` itself, so a hook there sees both calls.
+        def with_omega(shortcut: nn.Module) -> nn.Module:
+            return nn.Sequential(shortcut, LearnedScale(d_model)) if p.shortcut_omega else shortcut
+
+        self.attn_shortcut = with_omega(self.shortcut)
+        self.ffn_shortcut = with_omega(ffn_shortcut)
+        self.in_scale = Scale(p.in_norm_scale) if p.in_norm_scale is not None else nn.Identity()
 
         def norm_if(used: bool, width: int = d_model) -> nn.Module:
             return make_norm(norm_kind, width, eps, bias) if used else nn.Identity()
@@ -461,11 +577,11 @@ class Block(nn.Module):
 
     # Every variant's tell-tale lines: the same two, with identities in the unused slots.
     def attn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        branch = self.attn_drop(self.attn_out(self.attn(self.attn_in(x))))
-        return self.attn_trunk(self.shortcut(self.attn_skip(x)) + self.branch(branch))
+        branch = self.attn_drop(self.attn_out(self.attn(self.in_scale(self.attn_in(x)))))
+        return self.attn_trunk(self.attn_shortcut(self.attn_skip(x)) + self.branch(branch))
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        branch = self.ffn_drop(self.ffn_out(self.mlp(self.ffn_in(x))))
+        branch = self.ffn_drop(self.ffn_out(self.mlp(self.in_scale(self.ffn_in(x)))))
         return self.ffn_trunk(self.ffn_shortcut(self.ffn_skip(x)) + self.branch(branch))
 
 
@@ -525,8 +641,11 @@ def _inside_transform(t: torch.Tensor) -> bool:
 
 class TransformerLM(nn.Module):
     """A decoder-only causal LM: token + learned position embeddings, `n_layers` Blocks, final norm
-    exactly when the variant needs one (`Placement.final_norm`), untied LM head.
+    exactly when the last block's placement needs one (`Placement.final_norm`), untied LM head.
 
+    ``norm`` is anything `placements` takes: a variant name or a `Placement` for every block, a name
+    in `LAYERWISE` ("mixln", "lnscaled"), or one name or Placement per block. ``placements`` keeps
+    the blocks' placements; ``placement`` is their common one, or None when they differ.
     ``deepnorm_alpha`` / ``deepnorm_beta`` override DeepNorm's constants in every block (for
     DeepNet's Post-LN-init baseline, alpha = beta = 1, or GLM-130B's alpha = (2N)^(1/2)).
     """
@@ -538,7 +657,7 @@ class TransformerLM(nn.Module):
         n_heads: int,
         n_layers: int,
         *,
-        norm: Union[str, Placement] = "pre",
+        norm: Union[str, Placement, Sequence[Union[str, Placement]]] = "pre",
         qk_norm: Union[bool, str] = False,
         max_seq_len: int = 256,
         norm_kind: str = "layer",
@@ -554,7 +673,8 @@ class TransformerLM(nn.Module):
     ) -> None:
         super().__init__()
         _positive(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_seq_len=max_seq_len)
-        self.placement = p = placement(norm)
+        self.placements = per_block = placements(norm, n_layers)
+        self.placement: Optional[Placement] = per_block[0] if len(set(per_block)) == 1 else None
         self.max_seq_len = max_seq_len
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_seq_len, d_model)
@@ -577,9 +697,9 @@ class TransformerLM(nn.Module):
                 deepnorm_alpha=deepnorm_alpha,
                 deepnorm_beta=deepnorm_beta,
             )  # fmt: skip
-            for _ in range(n_layers)
+            for p in per_block
         )
-        self.final_norm = make_norm(norm_kind, d_model, eps, bias) if p.final_norm else nn.Identity()
+        self.final_norm = make_norm(norm_kind, d_model, eps, bias) if per_block[-1].final_norm else nn.Identity()
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if init == "xavier":
             # Token and position embeddings N(0, 1/2) each, so x_0 has unit variance per coordinate
@@ -616,3 +736,57 @@ class TransformerLM(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.head(self.hidden(idx))
+
+
+@torch.no_grad()
+def admin_init(model: TransformerLM, idx: torch.Tensor) -> list[float]:
+    """Admin's profiling pass (Liu et al. 2020, 2004.08249): one forward pass on ``idx`` sets every
+    sub-layer's omega; returns the omegas, input side first (attention, then FFN, per block).
+
+    The authors' recurrence (Transformer-Clinic, fairseq ``transformer_layer.py``): the first omega
+    is 1, each next one sqrt(Var[omega * x] + Var[f(x)]) of the sub-layer before it, for x its
+    input and f(x) its branch output, variances over all entries, every channel of omega the same
+    number (training then moves them apart). After a post-LN norm Var[x] is about 1, so
+    omega_i^2 = Var[x_0] + sum_{j<i} Var[f_j(x_{j-1})]: the paper's formula, with the embeddings
+    counted as the first term. The first omega of 1 matches their unit-variance embeddings (as
+    ``init="xavier"``'s); the others follow the measured scale, and inside a norm only the ratio
+    of omega * x to f(x) counts (under GPT-2's init they come out near 0.03, weighed against branch
+    outputs as small). Runs in eval mode (no dropout), whatever mode the model is in, and leaves
+    every module's mode as it was.
+    """
+    if not all(block.placement.shortcut_omega for block in model.blocks):
+        raise ValueError(
+            "admin_init needs every block to have Admin's omega (Placement.shortcut_omega, as in "
+            "VARIANTS['admin']); this model's blocks do not"
+        )
+    omegas: list[float] = []
+    shortcut_var: list[float] = []  # Var[omega * x], one per sub-layer run so far
+    branch_var: list[float] = []  # Var[f(x)]
+
+    def set_omega(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        # Called as a sub-layer starts: the one before it has recorded both of its variances.
+        k = len(omegas)
+        value = 1.0 if k == 0 else math.sqrt(shortcut_var[k - 1] + branch_var[k - 1])
+        module.weight.fill_(value)
+        omegas.append(value)
+
+    def record(into: list[float]) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
+        return lambda module, args, out: into.append(float(out.double().var(unbiased=False)))
+
+    hooks = []
+    for block in model.blocks:
+        for shortcut in (block.attn_shortcut, block.ffn_shortcut):
+            omega = shortcut[-1]  # Admin's omega comes last, after any alpha or lambda
+            hooks.append(omega.register_forward_pre_hook(set_omega))
+            hooks.append(omega.register_forward_hook(record(shortcut_var)))
+        hooks.append(block.branch.register_forward_hook(record(branch_var)))  # once per sub-layer
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        model.hidden(idx)
+    finally:
+        for h in hooks:
+            h.remove()
+        for m, was in modes:
+            m.training = was
+    return omegas

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from .model import Placement, placement
+from .model import LAYERWISE, Placement, placement, placements
 
 __all__ = [
     "VARIANT_COLORS", "OUTCOME_MARKERS", "use_style", "color", "label", "band", "mark_diverged", "draw_block", "glue",
@@ -26,6 +26,11 @@ VARIANT_COLORS = {
     "deepnorm": "#CC79A7",  # reddish purple
     "normformer": "#E69F00",  # orange
     "reordered": "#56B4E9",  # sky blue
+    "rezero": "#000000",  # black: the last Okabe-Ito colour but yellow, which the norm boxes use
+    # Okabe-Ito has no more: these come from Paul Tol's "muted" scheme, also colour-blind safe.
+    "admin": "#882255",  # wine
+    "mixln": "#999933",  # olive
+    "lnscaled": "#332288",  # indigo
 }
 _LABELS = {
     "post": "post-LN",
@@ -34,6 +39,10 @@ _LABELS = {
     "deepnorm": "DeepNorm",
     "normformer": "NormFormer",
     "reordered": "reordered (OLMo 2)",
+    "rezero": "ReZero",
+    "admin": "Admin",
+    "mixln": "Mix-LN",
+    "lnscaled": "LayerNorm Scaling",
 }
 OUTCOME_MARKERS = {"trained": "o", "stalled": "s", "diverged": "x"}
 
@@ -115,20 +124,48 @@ def _arrow(ax: Axes, xy0: tuple[float, float], xy1: tuple[float, float], **kw) -
     ax.add_patch(FancyArrowPatch(xy0, xy1, arrowstyle="-|>", mutation_scale=10, lw=1.2, color="0.2", **kw))
 
 
-def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = None, norm_label: str = "LN") -> None:
+def _in_norm_text(norm_label: str, scale: Optional[float]) -> str:
+    if scale is None:
+        return norm_label
+    depth = round(scale**-2)  # LayerNorm Scaling's 1/sqrt(l) reads better as what it is
+    return f"{norm_label}/√{depth}" if abs(depth**-0.5 - scale) < 1e-9 else f"{norm_label}·{scale:.3g}"
+
+
+def draw_block(
+    ax: Axes,
+    norm: Union[str, Placement, Sequence[Union[str, Placement]]],
+    *,
+    title: Optional[str] = None,
+    norm_label: str = "LN",
+    layer: int = 1,
+    n_layers: int = 12,
+) -> None:
     """Draw one block (attention then FFN sub-layer) bottom to top, reading the norm slots from
-    the variant's `Placement`, so the picture cannot disagree with the code."""
-    p = placement(norm)
+    the variant's `Placement`, so the picture cannot disagree with the code.
+
+    For a stack whose blocks differ (a name in `LAYERWISE`, or one placement per block) it draws
+    block ``layer`` (from 1) of an ``n_layers`` stack, and says which in the title."""
+    layered = not isinstance(norm, (str, Placement)) or norm in LAYERWISE
+    if layered:
+        stack = placements(norm, n_layers)
+        if not (isinstance(layer, int) and 1 <= layer <= len(stack)):
+            raise ValueError(f"layer must be a block number in 1..{len(stack)}, got {layer!r}")
+        p = stack[layer - 1]
+    else:
+        p = placement(norm)
     name = norm if isinstance(norm, str) else "custom"
     x_trunk, x_branch, h = 0.12, 0.62, 0.28  # h: half a box's height
     shortcut = f"{norm_label}(x)" if p.shortcut_normed else "x"
     shortcut = f"α·{shortcut}" if p.shortcut_scale else shortcut
-    add_text = "+ α·" if p.branch_scale else ("+" if shortcut == "x" else f"{shortcut} +")
+    shortcut = f"ω⊙{shortcut}" if p.shortcut_omega else shortcut
+    # ReZero writes its learned gate alpha too (x + alpha F(x)); the title says whose alpha it is.
+    add_text = "+ α·" if p.branch_scale or p.resweight else ("+" if shortcut == "x" else f"{shortcut} +")
     add_w = 0.2 + 0.035 * (len(add_text) - 1)
+    in_text = _in_norm_text(norm_label, p.in_norm_scale)
     y = -0.2
     ax.text(x_trunk, y - 0.3, "x", ha="center", va="center", fontsize=11, style="italic")
     for sub, out_norm in (("Attention", p.attn_out_norm), ("FFN", p.ffn_out_norm)):
-        items = [(norm_label, "norm")] if p.in_norm else []
+        items = [(in_text, "norm")] if p.in_norm else []
         inner = sub
         if sub == "Attention" and p.head_scale:
             inner += "\n+ head scale" + (" after W_o" if p.head_scale_after_o else "")
@@ -158,7 +195,8 @@ def draw_block(ax: Axes, norm: Union[str, Placement], *, title: Optional[str] = 
     ax.set_xlim(-0.1, 0.95)
     ax.set_ylim(-0.8, y + 0.8)
     ax.axis("off")
-    ax.set_title(title or label(name), color=VARIANT_COLORS.get(name, "0.1"), fontsize=11)
+    default = f"{label(name)}, block {layer} of {n_layers}" if layered else label(name)
+    ax.set_title(title or default, color=VARIANT_COLORS.get(name, "0.1"), fontsize=11)
 
 
 def glue(name: str, fig) -> None:

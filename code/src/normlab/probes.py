@@ -20,6 +20,7 @@ from .model import Attention, RMSNorm, TransformerLM
 
 __all__ = [
     "mode",
+    "block_param_names",
     "layer_grad_stats",
     "grad_norms",
     "residual_stream",
@@ -47,8 +48,15 @@ def mode(module: nn.Module, train: bool) -> Iterator[nn.Module]:
             m.training = was
 
 
+def block_param_names(model: nn.Module) -> list[str]:
+    """The parameter names every block of ``model`` has, in the first block's order: a stack whose
+    blocks differ (Mix-LN) has each norm in some blocks only, and a per-layer curve needs all."""
+    shared = set.intersection(*({n for n, _ in b.named_parameters()} for b in model.blocks))
+    return [n for n, _ in model.blocks[0].named_parameters() if n in shared]
+
+
 def _block_param(model: TransformerLM, param: str) -> list[torch.nn.Parameter]:
-    names = dict(model.blocks[0].named_parameters())
+    names = block_param_names(model)
     if param not in names:
         raise ValueError(f"unknown block parameter {param!r}; valid choices: {', '.join(names)}")
     return [dict(b.named_parameters())[param] for b in model.blocks]

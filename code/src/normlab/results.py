@@ -271,15 +271,28 @@ def _round(obj: Any, digits: Optional[int] = 5) -> Any:
     return obj
 
 
+def _encode_value(v: Any) -> Any:
+    if isinstance(v, Placement):
+        return {"Placement": dataclasses.asdict(v)}
+    if isinstance(v, (list, tuple)) and v and all(isinstance(p, Placement) for p in v):  # one per block
+        return {"Placements": [dataclasses.asdict(p) for p in v]}
+    return v
+
+
+def _decode_value(v: Any) -> Any:
+    if isinstance(v, dict) and set(v) == {"Placement"}:
+        return Placement(**v["Placement"])
+    if isinstance(v, dict) and set(v) == {"Placements"}:
+        return tuple(Placement(**p) for p in v["Placements"])
+    return v
+
+
 def _encode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: {"Placement": dataclasses.asdict(v)} if isinstance(v, Placement) else v for k, v in kwargs.items()}
+    return {k: _encode_value(v) for k, v in kwargs.items()}
 
 
 def _decode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: Placement(**v["Placement"]) if isinstance(v, dict) and set(v) == {"Placement"} else v
-        for k, v in kwargs.items()
-    }
+    return {k: _decode_value(v) for k, v in kwargs.items()}
 
 
 def save_results(

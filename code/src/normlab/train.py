@@ -18,7 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .data import Corpus, load_corpus
-from .model import TransformerLM
+from .model import TransformerLM, admin_init
 from .probes import attention_stats, layer_grad_stats, mode, model_update
 from .scale import get_device
 
@@ -32,6 +32,7 @@ __all__ = [
     "TrainResult",
     "train",
     "run",
+    "data_init_",
     "classify_outcome",
 ]
 
@@ -330,6 +331,18 @@ def train(
     return result
 
 
+def data_init_(model: TransformerLM, corpus: Corpus, config: TrainConfig) -> None:
+    """The part of a model's init that needs data, done in place: Admin's profiling pass
+    (`admin_init`) when its blocks have Admin's omega; no other placement has such a part.
+
+    It reads the run's first training batch from a generator of its own, seeded as the run's, so
+    the batches the run trains on stay the same."""
+    if any(block.placement.shortcut_omega for block in model.blocks):
+        first = torch.Generator().manual_seed(config.seed)
+        x, _ = corpus.batch("train", config.batch_size, config.seq_len, first)
+        admin_init(model, x)
+
+
 def run(
     model_kwargs: dict[str, Any],
     config: TrainConfig,
@@ -341,13 +354,15 @@ def run(
     final_probe: Optional[Probe] = None,
     keep_model: bool = False,
 ) -> TrainResult:
-    """Seed, build ``TransformerLM(corpus.vocab_size, **model_kwargs)``, train; the result keeps both
+    """Seed, build ``TransformerLM(corpus.vocab_size, **model_kwargs)``, finish its init on data
+    where its placement asks for it (`data_init_`: Admin), train; the result keeps both
     configs. ``final_probe(model, x, y)`` runs once on the trained model (on the first validation
     windows) into ``result.final``, unless the run diverged; ``keep_model=True`` hands the trained
     model back as ``result.trained_model`` (never saved with the results)."""
     corpus = corpus or load_corpus()
     torch.manual_seed(config.seed)
     model = TransformerLM(corpus.vocab_size, **model_kwargs)
+    data_init_(model, corpus, config)
     result = train(model, corpus, config, device=device, progress=progress, probe=probe)
     result.model = dict(model_kwargs)
     if final_probe is not None and result.status != "diverged":
