@@ -379,9 +379,9 @@ def classify_outcome(result: TrainResult, margin: float = 0.1) -> str:
 
     - ``diverged``: the loop stopped it (a non-finite value, or worse than uniform guessing for
       ``diverge_window`` steps in a row);
-    - ``stalled``: it finished, but its validation loss is within ``margin`` nats of
-      ``result.unigram_val``, the loss of byte frequencies alone on the same validation set: it
-      learned nothing a unigram model does not know;
+    - ``stalled``: it finished, but its validation loss is no more than ``margin`` nats below
+      ``result.unigram_val``, the loss of byte frequencies alone on the same validation set (or
+      above it): it learned nothing a unigram model does not know;
     - ``trained``: it finished more than ``margin`` nats below that level.
 
     Whether the curve spiked on the way is a separate flag, ``result.spiked``.
