@@ -108,3 +108,21 @@ def test_quick_run_smoke(tmp_path, capsys):
     assert len(numbers) > 50
     bad = [(p, v) for p, v in numbers if not (math.isfinite(v) and v > 0)]
     assert not bad, bad
+
+
+def test_time_interleaved_times_every_function_in_alternating_order():
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times, counts = bench.time_interleaved(fns, torch.device("cpu"), repeats=2, warmup=1, per_block=2)
+    assert counts == {"a": 2, "b": 2, "c": 2}
+    assert {name: len(t) for name, t in times.items()} == {"a": 2, "b": 2, "c": 2}
+    assert all(s >= 0 for t in times.values() for s in t)
+    # one warm-up call each, then a, b, c in blocks of 2, then c, b, a: drift falls on all alike
+    assert calls == list("abc") + list("aabbcc") + list("ccbbaa")
+
+
+def test_time_interleaved_refuses_bad_counts():
+    with pytest.raises(ValueError, match="repeats >= 1"):
+        bench.time_interleaved({"a": lambda: None}, torch.device("cpu"), repeats=0)
+    with pytest.raises(ValueError, match="per_block >= 1"):
+        bench.time_interleaved({"a": lambda: None}, torch.device("cpu"), repeats=1, per_block=0)

@@ -380,3 +380,27 @@ def test_run_hands_back_the_model_and_a_final_probe(corpus, tmp_path):
 def test_provenance_names_an_apple_gpu_as_such(monkeypatch):
     monkeypatch.setattr(sys.modules["normlab.results"], "get_device", lambda: torch.device("mps"))
     assert provenance()["device"].startswith("Apple MPS")
+
+
+def test_lr_sensitivity_is_the_mean_distance_from_the_sweeps_best():
+    lr_sensitivity, terms = normlab.stats.lr_sensitivity, normlab.stats.lr_sensitivity_terms
+    # every rate reaches the best loss: 0
+    assert lr_sensitivity([2.5, 2.5, 2.5], initial_loss=5.5) == 0.0
+    # (0 + 0.5 + 1.0) / 3
+    assert lr_sensitivity([2.0, 2.5, 3.0], initial_loss=5.5) == pytest.approx(0.5)
+    # a diverged run (NaN) counts as the loss at initialisation, and no run counts above it
+    np.testing.assert_allclose(terms([2.0, float("nan"), 7.0], initial_loss=5.5), [0.0, 3.5, 3.5])
+
+
+def test_lr_sensitivity_rewards_a_model_that_learns_nothing():
+    # Exercise 9.3's point: relative to its own best, a model stalled at every rate scores 0, the
+    # best possible, so the sensitivity must be read next to the best loss.
+    stalled, tolerant = [3.05, 3.05, 3.05], [2.3, 2.4, 2.5]
+    assert normlab.stats.lr_sensitivity(stalled, 5.5) < normlab.stats.lr_sensitivity(tolerant, 5.5)
+
+
+def test_lr_sensitivity_refuses_bad_input():
+    with pytest.raises(ValueError, match="one final loss per learning rate"):
+        normlab.stats.lr_sensitivity([[2.0, 2.1]], 5.5)
+    with pytest.raises(ValueError, match="loss at initialisation must be finite"):
+        normlab.stats.lr_sensitivity([2.0, 2.1], float("nan"))

@@ -34,6 +34,8 @@ __all__ = [
     "BenchSize",
     "TorchReferenceLM",
     "step_flops",
+    "make_train_step",
+    "time_interleaved",
     "run_benchmark",
     "format_table",
     "main",
@@ -131,7 +133,7 @@ def _sync(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def _make_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, fused: bool = False) -> Callable[[], None]:
+def make_train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, fused: bool = False) -> Callable[[], None]:
     """One training step: zero_grad(set_to_none), forward, loss, backward, AdamW (plain, or as `train`
     builds it with ``fused=True``)."""
     params = [{"params": list(model.parameters())}]
@@ -145,35 +147,51 @@ def _make_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, fused: boo
     return step
 
 
-def _time_interleaved(
-    fns: dict[str, Callable[[], None]], device: torch.device, repeats: int, warmup: int, min_seconds: float
+def time_interleaved(
+    fns: dict[str, Callable[[], None]],
+    device: torch.device,
+    repeats: int,
+    warmup: int = 3,
+    min_seconds: float = 0.05,
+    per_block: Optional[int] = None,
 ) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Seconds per call of each function, one block per function per repeat, the order reversed on every
-    other repeat, so drift (thermal, a neighbour's load) falls on every function alike."""
+    """Seconds per call of each function (say, one training step each), one block of calls per
+    function per repeat, the order reversed on every other repeat, so drift (thermal, a neighbour's
+    load) falls on every function alike; on a GPU the clock waits for the kernels. A block is
+    ``per_block`` calls, or when None as many as last about ``min_seconds``. Returns the seconds per
+    call of every block, per function, and the calls per block. Other processes only ever add time
+    to a block, so the fastest block is the least disturbed (the rule of Python's ``timeit``)."""
+    if repeats < 1 or warmup < 0 or (per_block is not None and per_block < 1):
+        raise ValueError(
+            f"need repeats >= 1, warmup >= 0 and per_block >= 1 or None; got {repeats}, {warmup}, {per_block}"
+        )
     for fn in fns.values():
         for _ in range(warmup):  # the first calls pay for allocation and kernel selection
             fn()
     _sync(device)
-    per_block = {}
+    counts = {}
     for name, fn in fns.items():
+        if per_block is not None:
+            counts[name] = per_block
+            continue
         t0 = time.perf_counter()
         fn()
         _sync(device)
         # Blocks of several calls when one is short, so the clock's resolution and the per-block
         # barrier do not dominate: each block lasts about min_seconds.
-        per_block[name] = max(1, min(200, math.ceil(min_seconds / max(time.perf_counter() - t0, 1e-9))))
+        counts[name] = max(1, min(200, math.ceil(min_seconds / max(time.perf_counter() - t0, 1e-9))))
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for r in range(repeats):
         for name in names if r % 2 == 0 else reversed(names):
-            fn, count = fns[name], per_block[name]
+            fn, count = fns[name], counts[name]
             _sync(device)
             t0 = time.perf_counter()
             for _ in range(count):
                 fn()
             _sync(device)
             times[name].append((time.perf_counter() - t0) / count)
-    return times, per_block
+    return times, counts
 
 
 def _matmul(device: torch.device) -> tuple[Callable[[], None], int]:
@@ -243,7 +261,7 @@ def _cuda_peak_mib(kind: str, size: BenchSize, vocab: int, device: torch.device)
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
-    step = _make_step(_build(kind, size, vocab).to(device), x, y)
+    step = make_train_step(_build(kind, size, vocab).to(device), x, y)
     for _ in range(3):  # AdamW allocates its state on the first step
         step()
     _sync(device)
@@ -274,7 +292,7 @@ def _step_rows(
     for kind in STEP_MODELS:
         torch.manual_seed(0)
         models[kind] = _build(kind, size, vocab).to(device)
-    steps = {kind: _make_step(m, x, y, fused=kind == "normlab_train") for kind, m in models.items()}
+    steps = {kind: make_train_step(m, x, y, fused=kind == "normlab_train") for kind, m in models.items()}
     matmul, n_mm = _matmul(device)
     tokens = size.batch * size.seq
     flops = step_flops(size.d_model, size.n_layers, size.batch, size.seq, vocab)
@@ -283,7 +301,7 @@ def _step_rows(
         if n is not None:
             torch.set_num_threads(n)
         log(f"steps: size {name}, {n or 'n/a'} thread(s)")
-        times, per_block = _time_interleaved({**steps, "matmul": matmul}, device, repeats, 5, min_seconds)
+        times, per_block = time_interleaved({**steps, "matmul": matmul}, device, repeats, 5, min_seconds)
         peak = _ceiling(n_mm, times.pop("matmul"), per_block.pop("matmul"), n, f"steps {name}")
         per_model = {}
         for kind, seconds in times.items():
@@ -334,11 +352,11 @@ def _bench_cost(
     for key, size in sizes.items():
         torch.manual_seed(0)
         x, y = _batch(size, VOCAB_SIZE, device)
-        steps[key] = _make_step(_build("normlab", size, VOCAB_SIZE).to(device), x, y)
+        steps[key] = make_train_step(_build("normlab", size, VOCAB_SIZE).to(device), x, y)
     matmul, n_mm = _matmul(device)
     # One interleaved call for the whole grid, so a slow minute hits every shape, not one.
     fns = {**{f"{d}x{n}": fn for (d, n), fn in steps.items()}, "matmul": matmul}
-    times, per_block = _time_interleaved(fns, device, repeats, warmup=3, min_seconds=min_seconds)
+    times, per_block = time_interleaved(fns, device, repeats, warmup=3, min_seconds=min_seconds)
     peak = _ceiling(n_mm, times.pop("matmul"), per_block.pop("matmul"), n_threads, "cost")
     rows = []
     for (d, n), size in sizes.items():

@@ -1,12 +1,13 @@
-"""Small statistics the chapters assert with: rank correlation and log-log slopes, in NumPy."""
+"""Small statistics the chapters assert with: rank correlation, log-log slopes and Wortsman et al.'s
+learning-rate sensitivity, in NumPy."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["spearman", "loglog_slope", "geometric_mean"]
+__all__ = ["spearman", "loglog_slope", "geometric_mean", "lr_sensitivity_terms", "lr_sensitivity"]
 
 
 def _ranks(a: np.ndarray) -> np.ndarray:
@@ -43,3 +44,24 @@ def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
 def geometric_mean(a: np.ndarray, axis: int = 0) -> np.ndarray:
     """Geometric mean: the average for quantities (like gradient norms) that vary by factors."""
     return np.exp(np.log(np.asarray(a, dtype=float)).mean(axis))
+
+
+def lr_sensitivity_terms(final_losses: Sequence[float], initial_loss: float) -> np.ndarray:
+    """The terms of Wortsman et al.'s LR sensitivity (arXiv 2309.14322), one per learning rate of a
+    sweep, for one seed: min(l(lr), l0) - min over the grid of the same, with l0 the loss at
+    initialisation. A diverged run (NaN) counts as l0. Their mean is `lr_sensitivity`."""
+    capped = np.asarray(final_losses, dtype=float)
+    if capped.ndim != 1 or len(capped) < 1:
+        raise ValueError(f"need one final loss per learning rate (a 1-d sequence), got shape {capped.shape}")
+    if not np.isfinite(initial_loss):
+        raise ValueError(f"the loss at initialisation must be finite, got {initial_loss!r}")
+    capped = np.minimum(np.nan_to_num(capped, nan=initial_loss, posinf=initial_loss), initial_loss)
+    return capped - capped.min()
+
+
+def lr_sensitivity(final_losses: Sequence[float], initial_loss: float) -> float:
+    """Wortsman et al.'s LR sensitivity (2023, "Small-scale proxies for large-scale Transformer training
+    instabilities", arXiv 2309.14322): E over the grid of [min(l(lr), l0) - min_lr l(lr)], how far the
+    final loss is, on average over the sweep's rates, from the sweep's best. 0 when every rate reaches
+    the best loss; relative to the model's own best, so read it next to that best."""
+    return float(lr_sensitivity_terms(final_losses, initial_loss).mean())
