@@ -289,7 +289,7 @@ def test_l2_qk_norm_bounds_every_logit_by_the_learned_scale():
     torch.manual_seed(0)
     model = TransformerLM(256, D, H, 2, qk_norm="l2")
     g = math.sqrt(D // H)
-    assert all(float(b.attn.q_scale.weight) == pytest.approx(g) for b in model.blocks)
+    assert all(float(b.attn.q_scale.weight.detach()) == pytest.approx(g) for b in model.blocks)
     with torch.no_grad():
         for b in model.blocks:
             b.attn.w_q.mul_(100.0)  # would make ordinary attention's logits huge
