@@ -134,3 +134,14 @@ def test_adamw_is_fused_where_available_and_falls_back_cleanly(monkeypatch):
     assert not opt.param_groups[0]["fused"]
     param.grad = torch.ones_like(param)
     opt.step()  # the fallback really steps
+
+
+@pytest.mark.parametrize("norm", ["pre", "admin"])
+def test_initial_val_loss_is_the_loss_the_run_starts_from(norm):
+    # At a learning rate of 1e-12 a run barely moves its weights (AdamW's step is about lr per
+    # entry), so its final validation loss is the loss at initialisation; Admin's data-dependent
+    # omegas are part of that start.
+    config = TrainConfig(steps=2, batch_size=4, seq_len=16, lr=1e-12, warmup=0, eval_windows=8, seed=3)
+    kwargs = dict(d_model=16, n_heads=2, n_layers=2, max_seq_len=16, norm=norm, init="xavier")
+    result = run(kwargs, config)
+    assert normlab.initial_val_loss(kwargs, config) == pytest.approx(result.final_val_loss, rel=1e-6)

@@ -17,10 +17,9 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from .data import Corpus, load_corpus
-from .model import TransformerLM
 from .probes import block_param_names, mode
 from .scale import get_device
-from .train import LossMonitor, TrainConfig, TrainResult, _finite, adamw_weight_decay, data_init_, lr_multiplier
+from .train import LossMonitor, TrainConfig, TrainResult, _finite, adamw_weight_decay, initial_model, lr_multiplier
 
 __all__ = ["SHARED_FIELDS", "train_batched", "batchable"]
 
@@ -107,11 +106,8 @@ def train_batched(
     shared, k = configs[0], len(configs)
 
     models = []
-    for config in configs:
-        torch.manual_seed(config.seed)  # as run() does, so run i starts from run(...)'s weights
-        model = TransformerLM(corpus.vocab_size, **model_kwargs)
-        data_init_(model, corpus, config)  # before the move, as in run(): the same omegas
-        models.append(model.to(device))
+    for config in configs:  # run i starts from run(...)'s weights, Admin's omegas included
+        models.append(initial_model(model_kwargs, config, corpus).to(device))
     block_params = block_param_names(models[0])
     if shared.grad_param not in block_params:
         raise ValueError(f"unknown block parameter {shared.grad_param!r}; valid choices: {', '.join(block_params)}")

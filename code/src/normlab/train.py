@@ -33,6 +33,8 @@ __all__ = [
     "train",
     "run",
     "data_init_",
+    "initial_model",
+    "initial_val_loss",
     "classify_outcome",
 ]
 
@@ -343,6 +345,24 @@ def data_init_(model: TransformerLM, corpus: Corpus, config: TrainConfig) -> Non
         admin_init(model, x)
 
 
+def initial_model(model_kwargs: dict[str, Any], config: TrainConfig, corpus: Corpus) -> TransformerLM:
+    """The untrained model ``run(model_kwargs, config)`` trains: seeded with ``config.seed``, built,
+    and its data-dependent init done (`data_init_`), on the CPU."""
+    torch.manual_seed(config.seed)
+    model = TransformerLM(corpus.vocab_size, **model_kwargs)
+    data_init_(model, corpus, config)
+    return model
+
+
+def initial_val_loss(model_kwargs: dict[str, Any], config: TrainConfig, corpus: Optional[Corpus] = None) -> float:
+    """The validation loss of the model ``run(model_kwargs, config)`` starts from, on the fixed
+    validation windows the run is scored on: the loss at initialisation, l0, of Wortsman et al.'s
+    LR sensitivity (`normlab.stats.lr_sensitivity`)."""
+    corpus = corpus or load_corpus()
+    x, y = corpus.eval_set(config.seq_len, config.eval_windows)
+    return _val_loss(initial_model(model_kwargs, config, corpus), x, y)
+
+
 def run(
     model_kwargs: dict[str, Any],
     config: TrainConfig,
@@ -360,9 +380,7 @@ def run(
     windows) into ``result.final``, unless the run diverged; ``keep_model=True`` hands the trained
     model back as ``result.trained_model`` (never saved with the results)."""
     corpus = corpus or load_corpus()
-    torch.manual_seed(config.seed)
-    model = TransformerLM(corpus.vocab_size, **model_kwargs)
-    data_init_(model, corpus, config)
+    model = initial_model(model_kwargs, config, corpus)
     result = train(model, corpus, config, device=device, progress=progress, probe=probe)
     result.model = dict(model_kwargs)
     if final_probe is not None and result.status != "diverged":
