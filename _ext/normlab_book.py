@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -154,12 +156,69 @@ def run_key() -> tuple[str, int]:
     return get_scale(), seed_base()
 
 
+# The longest cell a chapter may run, per scale. A cpu build is long by design (a sweep cell takes
+# minutes on 2 cores, and a busy laptop doubles it); no measured cell comes within a third of these
+# on a 2x slower machine (the costs page has every chapter's time). NORMLAB_CELL_TIMEOUT overrides.
+CELL_TIMEOUT = {"ci": 600, "cpu": 3600, "gpu": 3600}
+
+
+def cell_timeout(scale: str) -> int:
+    raw = os.environ.get("NORMLAB_CELL_TIMEOUT", "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"NORMLAB_CELL_TIMEOUT must be a whole number of seconds >= 1, got {raw!r}")
+        return int(raw)
+    return CELL_TIMEOUT[scale]
+
+
 def per_run_cache(app: Sphinx, config: Any) -> None:
     """One execution cache per scale and seed base. Changing the path changes the configuration,
-    so Sphinx re-reads (and myst-nb re-executes or re-uses) every chapter when the key changes."""
+    so Sphinx re-reads (and myst-nb re-executes or re-uses) every chapter when the key changes.
+    The cell timeout follows the scale too (`CELL_TIMEOUT`)."""
     scale, base = run_key()
     root = Path(app.outdir).parent / ".jupyter_cache"
     config.nb_execution_cache_path = str(root / f"{scale}-seed{base}")
+    config.nb_execution_timeout = cell_timeout(scale)
+
+
+def failure_line(docname: str, error: str, tb: str, nb: nbformat.NotebookNode, timeout: int, scale: str) -> str:
+    """One line that says which chapter and cell failed to execute, and why."""
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    shown = ""
+    # nbclient quotes the cell between two rules of dashes: its first lines on a timeout
+    # (CellTimeoutError), its source on an error (CellExecutionError).
+    block = re.search(r"(?:preview of the cell contents|executing the following cell):\s*\n-+\n(.*?)\n-+", tb, re.S)
+    shown = next((line for line in (block.group(1).splitlines() if block else []) if line.strip()), "")
+    where = "a cell"
+    for count, (_, cell) in enumerate(code, start=1):
+        if shown and shown.strip() in cell.source:
+            first = next(line for line in cell.source.splitlines() if line.strip())
+            where = f"code cell {count} of {len(code)} (`{first.strip()[:60]}`)"
+            break
+    if error == "CellTimeoutError":
+        why = (
+            f"it ran past the {timeout} s cell limit of the {scale} scale (a busy or slow machine; "
+            "NORMLAB_CELL_TIMEOUT raises it, and sweeps resume from NORMLAB_STORE when it is set)"
+        )
+    else:
+        lines = [line for line in tb.strip().splitlines() if line.strip()]
+        why = next((line.strip() for line in reversed(lines) if re.match(r"^\w+(Error|Exception|Interrupt)\b", line)),
+                   lines[-1].strip() if lines else "no traceback")  # fmt: skip
+    return f"normlab: {docname} failed in {where}: {error}: {why}"
+
+
+def report_failed_execution(app: Sphinx, docname: str) -> None:
+    """Right after a chapter executes (or fails to), say in one line where and why it failed."""
+    from myst_nb.sphinx_ import NbMetadataCollector
+
+    data = NbMetadataCollector.get_exec_data(app.env, docname)
+    if not data or data.get("succeeded", True):
+        return
+    scale, _ = run_key()
+    source = nbformat.read(str(app.env.doc2path(docname)), as_version=4)
+    line = failure_line(docname, data.get("error") or "error", data.get("traceback") or "", source,
+                        app.config.nb_execution_timeout, scale)  # fmt: skip
+    logger.warning(line + f"; report: _build/html/reports/{docname}.err.log", type="normlab", subtype="exec")
 
 
 def _executed(app: Sphinx, docname: str) -> nbformat.NotebookNode | None:
@@ -207,6 +266,7 @@ def check_figure_outputs(app: Sphinx, doctree: nodes.document) -> None:
     docname = app.env.docname
     if not str(app.env.doc2path(docname)).endswith(".ipynb"):
         return
+    report_failed_execution(app, docname)
     nb = _executed(app, docname)
     for problem in figure_output_problems(nb) if nb is not None else []:
         logger.warning(f"normlab: {problem}", location=docname)

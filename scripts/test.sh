@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 export NORMLAB_SCALE=ci OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 ruff check .
 ruff format --check .
-python -m pytest --nbval-lax --nbval-current-env
+python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600
 # nbval has just executed every chapter and handed each passing one to the build's execution cache
 # (book/conftest.py), so the strict build renders those outputs instead of executing them again; a
 # chapter that failed under nbval is executed (and fails) here too. Chapters run one at a time: their

@@ -61,13 +61,17 @@ def test_a_figure_cell_with_more_than_one_display_output_is_reported():
     assert len(problems) == 1 and "fig-bad" in problems[0] and "2 display outputs" in problems[0]
 
 
-def test_runs_and_sweeps_show_no_progress_bar_unless_asked():
-    """Sweeps and runs are silent by default, whatever the scale, so the ci build's outputs are the
-    reader's outputs (a bar is a widget output in a notebook)."""
+def test_runs_and_sweeps_show_no_progress_bar_unless_asked(capsys):
+    """Sweeps and runs put nothing on the page by default, whatever the scale, so the ci build's
+    outputs are the reader's outputs (a bar is a widget output in a notebook); a sweep's progress
+    goes to the build's output instead (tests/test_book_build.py)."""
     import inspect
 
     import normlab
 
     assert inspect.signature(normlab.train).parameters["progress"].default is False
     assert inspect.signature(normlab.run).parameters["progress"].default is False
-    assert inspect.signature(normlab.results.run_many).parameters["progress"].default is False
+    assert inspect.signature(normlab.run_many).parameters["progress"].default is None
+    jobs = [(dict(d_model=16, n_heads=2, n_layers=1), normlab.TrainConfig(steps=2, batch_size=2, seq_len=8))]
+    normlab.run_many(jobs, workers=1)
+    assert capsys.readouterr().out == ""  # stdout is the page; the progress lines went to stderr

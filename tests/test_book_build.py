@@ -11,16 +11,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _build(book: Path, scale: str) -> str:
-    env = dict(os.environ, NORMLAB_SCALE=scale, NORMLAB_SEED_BASE="0")
+def _build(book: Path, scale: str, **env_vars: str) -> str:
+    env = dict(os.environ, NORMLAB_SCALE=scale, NORMLAB_SEED_BASE="0", **env_vars)
     result = subprocess.run(
         ["jupyter-book", "build", "--keep-going", str(book)], env=env, capture_output=True, text=True, timeout=600
     )
     return result.stdout + result.stderr
 
 
-@pytest.mark.skipif(shutil.which("jupyter-book") is None, reason="jupyter-book is not installed")
-def test_claims_follow_the_scale_and_a_failed_claim_is_listed_as_failed(tmp_path):
+def _tiny_book(tmp_path: Path, cells: list[str]) -> Path:
+    """A book with the real _config.yml and extension, one chapter ``ch`` of ``cells``, and the
+    generated claims and sources pages."""
     book = tmp_path / "book"
     (book / "book").mkdir(parents=True)
     shutil.copytree(ROOT / "_ext", book / "_ext")
@@ -34,15 +35,21 @@ def test_claims_follow_the_scale_and_a_failed_claim_is_listed_as_failed(tmp_path
     (book / "book" / "sources.md").write_text("# Sources\n\n```{normlab-sources}\n```\n")
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [
-        nbformat.v4.new_markdown_cell("# Chapter"),
-        nbformat.v4.new_code_cell(
-            "import normlab\nnormlab.claims.check('ok', 'a claim that holds', True, normlab.get_scale(), "
-            "source='explainer', quote='A sentence.', verdict='confirmed')"
-        ),
-        nbformat.v4.new_code_cell("normlab.claims.check('bad', 'a claim that fails', False, 'measured')"),
-    ]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Chapter")] + [nbformat.v4.new_code_cell(c) for c in cells]
     nbformat.write(nb, book / "book" / "ch.ipynb")
+    return book
+
+
+@pytest.mark.skipif(shutil.which("jupyter-book") is None, reason="jupyter-book is not installed")
+def test_claims_follow_the_scale_and_a_failed_claim_is_listed_as_failed(tmp_path):
+    book = _tiny_book(
+        tmp_path,
+        [
+            "import normlab\nnormlab.claims.check('ok', 'a claim that holds', True, normlab.get_scale(), "
+            "source='explainer', quote='A sentence.', verdict='confirmed')",
+            "normlab.claims.check('bad', 'a claim that fails', False, 'measured')",
+        ],
+    )
 
     log = _build(book, "ci")
     claims = (book / "_build" / "html" / "book" / "claims.html").read_text()
@@ -55,3 +62,28 @@ def test_claims_follow_the_scale_and_a_failed_claim_is_listed_as_failed(tmp_path
     _build(book, "cpu")  # only the scale changed: the chapter must run again, not be reused
     claims = (book / "_build" / "html" / "book" / "claims.html").read_text()
     assert "scale: cpu" in claims and "scale: ci" not in claims
+
+
+SWEEP_CELL = """import normlab
+jobs = [(dict(d_model=16, n_heads=2, n_layers=1), normlab.TrainConfig(steps=3, batch_size=2, seq_len=8, seed=s))
+        for s in range(2)]
+print(len(normlab.run_many(jobs, workers=2, desc="tiny sweep")), "runs")"""
+
+
+@pytest.mark.skipif(shutil.which("jupyter-book") is None, reason="jupyter-book is not installed")
+def test_a_sweep_reports_in_the_build_output_and_a_timeout_names_its_chapter_and_cell(tmp_path):
+    book = _tiny_book(tmp_path, [SWEEP_CELL, "import time\n\ntime.sleep(60)"])
+    log = _build(book, "ci", NORMLAB_CELL_TIMEOUT="15")
+    # The sweep's progress reaches the terminal that runs the build ...
+    assert "normlab: tiny sweep: 2 of 2 runs to train (0 from the store) on 2 worker processes" in log
+    assert "normlab: tiny sweep: 2/2 runs finished in" in log
+    # ... and one line says which chapter and cell hit the limit, and why.
+    expected = (
+        "normlab: book/ch failed in code cell 2 of 2 (`import time`): CellTimeoutError: it ran past the "
+        "15 s cell limit of the ci scale"
+    )
+    assert expected in log, log[-3000:]
+    report = book / "_build" / "html" / "reports" / "book" / "ch.err.log"
+    assert report.exists() and "report: _build/html/reports/book/ch.err.log" in log
+    page = (book / "_build" / "html" / "book" / "ch.html").read_text()
+    assert "runs to train" not in page and "runs finished" not in page  # the page shows only "2 runs"

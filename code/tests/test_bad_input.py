@@ -59,13 +59,13 @@ def test_unknown_schedule_and_bad_train_sizes():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"lr": float("nan")}, "finite number > 0"),
-        ({"lr": float("inf")}, "finite number > 0"),
-        ({"warmup": 301}, r"warmup must be in \[0, steps=300\]"),
+        ({"lr": float("nan")}, r"lr must be a finite number in \(0, inf\)"),
+        ({"lr": float("inf")}, r"lr must be a finite number in \(0, inf\)"),
+        ({"warmup": 301}, r"warmup must be an integer in \[0, steps=300\]"),
         ({"betas": (0.9, 1.0)}, r"betas must be two numbers in \[0, 1\)"),
-        ({"eps": 0.0}, "eps > 0"),
+        ({"eps": 0.0}, r"eps must be a finite number in \(0, inf\)"),
         ({"weight_decay_mode": "decoupled"}, "coupled, independent"),
-        ({"decay_fraction": 0.0, "schedule": "wsd"}, r"decay_fraction must be in \(0, 1\]"),
+        ({"decay_fraction": 0.0, "schedule": "wsd"}, r"decay_fraction must be a finite number in \(0, 1\]"),
     ],
 )
 def test_bad_training_settings_name_the_valid_range(kwargs, message):
@@ -108,3 +108,152 @@ def test_token_ids_outside_the_vocabulary_or_not_integers(idx, message):
 def test_bad_block_settings_name_the_valid_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TransformerLM(256, 16, 2, 1, **kwargs)
+
+
+# Each of these was accepted silently, or failed later with a bare torch or Python error (issue 19).
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"clip": -1.0}, r"clip \(None for no clipping\) must be a finite number in \(0, inf\)"),
+        ({"clip": 0}, r"clip \(None for no clipping\)"),
+        ({"min_lr_ratio": -0.1}, r"min_lr_ratio must be a finite number in \[0, 1\]"),
+        ({"min_lr_ratio": 1.5}, r"min_lr_ratio must be a finite number in \[0, 1\]"),
+        ({"warmup": 2.5}, r"warmup must be an integer in \[0, steps=300\]"),
+        ({"seed": 1.5}, r"seed must be an integer >= 0"),
+        ({"seed": "0"}, r"seed must be an integer >= 0"),
+        ({"seed": -1}, r"seed must be an integer >= 0"),
+        ({"batch_size": True}, "batch_size must be a positive integer"),
+        ({"lr": "1e-3"}, r"lr must be a finite number in \(0, inf\), got '1e-3'"),
+        ({"betas": "ab"}, r"betas must be two numbers in \[0, 1\), got 'ab'"),
+        ({"track_attention": "yes"}, "track_attention must be True or False"),
+    ],
+)
+def test_training_settings_that_used_to_pass_silently(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_layers": True}, "n_layers must be a positive integer, got True"),
+        ({"dropout": "0.1"}, r"dropout must be a number in \[0, 1\), got '0.1'"),
+        ({"norm": "deepnorm", "deepnorm_alpha": -2.0}, "deepnorm_alpha must be a finite number > 0"),
+        ({"norm": "deepnorm", "deepnorm_alpha": "2"}, "deepnorm_alpha must be a finite number > 0"),
+        ({"norm": "pre", "deepnorm_alpha": 2.0}, "has no DeepNorm alpha"),
+        ({"norm": "pre", "deepnorm_beta": 0.5}, "has no DeepNorm alpha"),
+        ({"bias": "no"}, "bias must be True or False"),
+    ],
+)
+def test_model_settings_that_used_to_pass_silently(kwargs, message):
+    sizes = {"n_layers": 2, **{k: v for k, v in kwargs.items() if k == "n_layers"}}
+    rest = {k: v for k, v in kwargs.items() if k != "n_layers"}
+    with pytest.raises(ValueError, match=message):
+        TransformerLM(256, 16, 2, sizes["n_layers"], **rest)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"in_norm": "yes"}, "Placement.in_norm must be True or False, got 'yes'"),
+        ({"head_scale_after_o": True}, "needs head_scale=True"),
+        ({"trunk_norm": True, "shortcut_scale": True, "branch_scale": True}, "apply DeepNorm's alpha"),
+    ],
+)
+def test_invalid_placements_are_rejected_when_built(fields, message):
+    with pytest.raises(ValueError, match=message):
+        normlab.Placement(**fields)
+
+
+def test_a_block_takes_one_placement_and_says_where_a_list_goes():
+    with pytest.raises(ValueError, match=r"one placement per block \(a list\) goes to TransformerLM"):
+        Block(16, 2, norm=["pre"])
+
+
+def test_run_and_run_many_want_a_train_config_not_a_dict():
+    kwargs = dict(d_model=16, n_heads=2, n_layers=1)
+    with pytest.raises(ValueError, match=r"config must be a normlab.TrainConfig, got dict.*your_dict"):
+        normlab.run(kwargs, {"steps": 5})
+    with pytest.raises(ValueError, match=r"run_many job 0: the config must be a normlab.TrainConfig"):
+        normlab.run_many([(kwargs, {"steps": 5})])
+    with pytest.raises(ValueError, match="job 0 must be a"):
+        normlab.run_many([kwargs])
+    for bad in (True, 0, 1.5):
+        with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+            normlab.run_many([(kwargs, TrainConfig(steps=2))], workers=bad)
+
+
+@pytest.mark.parametrize("value", ["GPU ", "Cpu", " ci"])
+def test_a_scale_name_must_be_exact(monkeypatch, value):
+    monkeypatch.setenv("NORMLAB_SCALE", value)
+    with pytest.raises(ValueError, match="valid choices: ci, cpu, gpu"):
+        normlab.get_scale()
+
+
+def test_the_gpu_scale_without_a_gpu_warns(monkeypatch):
+    import normlab.scale as scale
+
+    if normlab.get_device().type == "cuda":
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setattr(scale, "_WARNED", [])
+    monkeypatch.setenv("NORMLAB_SCALE", "gpu")
+    with pytest.warns(UserWarning, match="no CUDA GPU here"):
+        assert normlab.get_scale() == "gpu"
+
+
+@pytest.mark.parametrize("n", [-3, 0, True, 2.0])
+def test_seeds_needs_a_positive_count(n):
+    with pytest.raises(ValueError, match="seeds"):
+        normlab.seeds(n)
+
+
+def test_layerwise_constructors_and_deepnorm_constants_check_their_types():
+    with pytest.raises(ValueError, match="post_fraction must be a number in"):
+        normlab.mix_ln(8, post_fraction=True)
+    with pytest.raises(ValueError, match="decoder_layers counts blocks"):
+        normlab.deepnorm_coefficients(decoder_layers=2.5)
+    with pytest.raises(ValueError, match="encoder_layers counts blocks"):
+        normlab.deepnorm_coefficients(2.5)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "not JSON"),
+        ("{", "not JSON"),
+        ('{"a": 1}', "needs a 'meta' object and a 'results' list"),
+        ("[1, 2]", "needs a 'meta' object"),
+        ('{"meta": {"provenance": {}}, "results": [{"x": 1}]}', "result 0 is malformed"),
+    ],
+)
+def test_load_results_on_a_file_that_is_not_a_results_file(tmp_path, text, message):
+    path = tmp_path / "not-results.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        normlab.results.load_results(path, check_corpus=False)
+
+
+def test_check_answer_takes_arrays_and_tensors_as_their_numbers(capsys):
+    import numpy as np
+
+    check = normlab.exercises.check_answer
+    assert check("x", np.float64(2.0), 2.0)
+    assert check("x", torch.tensor(2.0), 2.0)
+    assert check("x", np.array([1.0, 2.0]), [1.0, 2.0])
+    assert check("x", torch.tensor([1.0, 2.0]), (1.0, 2.0))
+    assert not check("x", "2.0", 2.0)
+
+
+def test_block_from_torch_refuses_what_it_cannot_copy():
+    from torch import nn
+
+    with pytest.raises(ValueError, match=r"drops out \(dropout \(after the FFN activation\) = 0.1"):
+        normlab.interop.block_from_torch(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True))
+    tanh = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, activation=nn.GELU("tanh"))
+    with pytest.raises(ValueError, match="approximate='tanh'"):
+        normlab.interop.block_from_torch(tanh)
+
+
+def test_the_training_module_is_reachable_by_its_name():
+    # normlab.train is the training function; the module is normlab.training (the README names it).
+    assert callable(normlab.train) and normlab.training.make_adamw is not None

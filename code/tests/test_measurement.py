@@ -13,7 +13,7 @@ import torch
 import normlab
 from normlab import VARIANTS, Block, TrainConfig, TrainResult, TransformerLM, classify_outcome, probes, run
 from normlab.results import load_results, provenance, save_results
-from normlab.train import LossMonitor, adamw_weight_decay
+from normlab.training import LossMonitor, adamw_weight_decay
 
 TINY = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=32)
 SHORT = dict(steps=20, seq_len=32, eval_every=10, log_every=5, eval_windows=32)
@@ -141,7 +141,7 @@ def test_a_model_that_is_already_broken_ends_diverged_with_tracking_on(corpus, f
 
 
 def test_a_blow_up_at_validation_time_ends_diverged(corpus, monkeypatch):
-    monkeypatch.setattr(sys.modules["normlab.train"], "_val_loss", lambda *a, **k: float("nan"))
+    monkeypatch.setattr(normlab.training, "_val_loss", lambda *a, **k: float("nan"))
     result = run(TINY, TrainConfig(**SHORT), corpus=corpus)
     assert result.status == "diverged" and result.diverged_at == SHORT["eval_every"] and result.evals == []
 

@@ -117,7 +117,7 @@ def test_probe_callback_adds_to_the_log_records(corpus):
 
 
 def test_adamw_is_fused_where_available_and_falls_back_cleanly(monkeypatch):
-    from normlab.train import make_adamw
+    from normlab.training import make_adamw
 
     param = torch.nn.Parameter(torch.randn(4, 4))
     assert make_adamw([{"params": [param]}], TrainConfig()).param_groups[0]["fused"]
@@ -144,4 +144,5 @@ def test_initial_val_loss_is_the_loss_the_run_starts_from(norm):
     config = TrainConfig(steps=2, batch_size=4, seq_len=16, lr=1e-12, warmup=0, eval_windows=8, seed=3)
     kwargs = dict(d_model=16, n_heads=2, n_layers=2, max_seq_len=16, norm=norm, init="xavier")
     result = run(kwargs, config)
-    assert normlab.initial_val_loss(kwargs, config) == pytest.approx(result.final_val_loss, rel=1e-6)
+    assert normlab.initial_val_loss(kwargs, config) == pytest.approx(result.initial_val, rel=1e-6)
+    assert normlab.initial_val_loss(kwargs, config) == pytest.approx(result.evals[-1][1], rel=1e-6)

@@ -4,8 +4,8 @@
 whose blocks differ); the rest is the data, training loop, probes and plots the chapters measure with.
 """
 
-from . import batched, claims, exercises, interop, plot, probes, results, stats
-from .data import CORPUS_SHA256, STDLIB_FILES, VOCAB_SIZE, Corpus, load_corpus
+from . import batched, checks, claims, exercises, interop, plot, probes, results, stats, store, sweep, training
+from .data import CORPUS_SHA256, STDLIB_FILES, VOCAB_SIZE, Corpus, CorpusSpec, load_corpus
 from .jacobian import layernorm_jacobian, rmsnorm_jacobian
 from .model import (
     ACTIVATIONS,
@@ -31,8 +31,19 @@ from .model import (
     placements,
 )
 from .probes import attention_stats, grad_norms, model_update, norm_input_scale, residual_norms
-from .scale import SCALES, PerScale, describe_environment, get_device, get_scale, seed_base, seeds
-from .train import (
+from .scale import (
+    SCALES,
+    PerScale,
+    configure_threads,
+    describe_environment,
+    get_device,
+    get_scale,
+    seed_base,
+    seeds,
+)
+from .store import default_store
+from .sweep import SweepError, run_many
+from .training import (
     OUTCOMES,
     SCHEDULES,
     WEIGHT_DECAY_MODES,
@@ -40,6 +51,7 @@ from .train import (
     TrainResult,
     classify_outcome,
     data_init_,
+    divergence_ceiling,
     initial_model,
     initial_val_loss,
     lr_multiplier,
@@ -48,9 +60,11 @@ from .train import (
 )
 
 __version__ = "0.1.0"
+configure_threads()  # one torch thread unless OMP_NUM_THREADS or NORMLAB_THREADS says otherwise
 
 __all__ = [
-    "batched", "claims", "exercises", "interop", "plot", "probes", "results", "stats",
+    "batched", "checks", "claims", "exercises", "interop", "plot", "probes", "results", "stats", "store", "sweep",
+    "training", "CorpusSpec", "SweepError", "configure_threads", "default_store", "divergence_ceiling", "run_many",
     "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "LAYERWISE", "NORM_KINDS", "OUTCOMES", "QK_NORMS", "SCALES",
     "SCHEDULES", "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",
     "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients", "DyT", "PerScale", "Placement", "RMSNorm",

@@ -19,7 +19,17 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from .data import Corpus, load_corpus
 from .probes import block_param_names, mode
 from .scale import get_device
-from .train import LossMonitor, TrainConfig, TrainResult, _finite, adamw_weight_decay, initial_model, lr_multiplier
+from .training import (
+    LossMonitor,
+    TrainConfig,
+    TrainResult,
+    _diverged_by_the_end,
+    _finite,
+    _isolated_rng,
+    adamw_weight_decay,
+    initial_model,
+    lr_multiplier,
+)
 
 __all__ = ["SHARED_FIELDS", "train_batched", "batchable"]
 
@@ -106,8 +116,9 @@ def train_batched(
     shared, k = configs[0], len(configs)
 
     models = []
-    for config in configs:  # run i starts from run(...)'s weights, Admin's omegas included
-        models.append(initial_model(model_kwargs, config, corpus).to(device))
+    with _isolated_rng(device):  # the caller's random stream stays as it was, as with `run`
+        for config in configs:  # run i starts from run(...)'s weights, Admin's omegas included
+            models.append(initial_model(model_kwargs, config, corpus).to(device))
     block_params = block_param_names(models[0])
     if shared.grad_param not in block_params:
         raise ValueError(f"unknown block parameter {shared.grad_param!r}; valid choices: {', '.join(block_params)}")
@@ -143,6 +154,14 @@ def train_batched(
     exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
     exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
 
+    def val_losses() -> list[float]:
+        totals = [0.0] * k
+        with torch.no_grad(), mode(template, False):
+            for xb, yb in zip(val_x.split(64), val_y.split(64)):  # _val_loss's chunks and order of sums
+                for j, v in enumerate(val_fn(params, buffers, xb, yb).tolist()):
+                    totals[j] += v
+        return [t / val_y.numel() for t in totals]
+
     def diverge(j: int, step: int) -> None:
         results[j].status, results[j].diverged_at = "diverged", step
         active[j] = False
@@ -150,6 +169,8 @@ def train_batched(
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_SDPA_FALLBACK)
+        for result, initial in zip(results, val_losses()):
+            result.initial_val = initial if math.isfinite(initial) else None
         for step in range(1, shared.steps + 1):
             lrs = [
                 c.lr * lr_multiplier(c.schedule, step, warmup=c.warmup, total=c.steps,
@@ -213,15 +234,11 @@ def train_batched(
                     else:
                         diverge(j, step)
             if (step % shared.eval_every == 0 or step == shared.steps) and any(active):
-                totals = [0.0] * k
-                with torch.no_grad(), mode(template, False):
-                    for xb, yb in zip(val_x.split(64), val_y.split(64)):  # _val_loss's chunks and order of sums
-                        for j, v in enumerate(val_fn(params, buffers, xb, yb).tolist()):
-                            totals[j] += v
+                vals = val_losses()
                 for j in range(k):
                     if not active[j]:
                         continue
-                    val = totals[j] / val_y.numel()
+                    val = vals[j]
                     if math.isfinite(val):
                         results[j].evals.append((step, val))
                     else:
@@ -230,6 +247,7 @@ def train_batched(
                 break
     seconds = (time.perf_counter() - start) / k
     for result in results:
+        _diverged_by_the_end(result, corpus.vocab_size)
         result.seconds = seconds
     return results
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["STDLIB_FILES", "VOCAB_SIZE", "CORPUS_SHA256", "Corpus", "load_corpus"]
+__all__ = ["STDLIB_FILES", "VOCAB_SIZE", "CORPUS_SHA256", "Corpus", "CorpusSpec", "load_corpus"]
 
 VOCAB_SIZE = 256  # bytes
 
@@ -34,7 +34,7 @@ STDLIB_FILES = (
 )  # fmt: skip
 SPLITS = ("train", "val")
 SNAPSHOT = Path(__file__).parent / "corpus" / "stdlib-3.11.7.tar.xz"
-CORPUS_SHA256 = "41f26a9ba5c8bafe99ea"  # first 20 hex digits of the shipped snapshot's fingerprint
+CORPUS_SHA256 = "d7e124989c32aa89ae48"  # first 20 hex digits of the shipped snapshot's fingerprint (split 0.1)
 
 
 @dataclass
@@ -44,7 +44,9 @@ class Corpus:
     train: torch.Tensor
     val: torch.Tensor
     files: tuple[str, ...]
-    fingerprint: str
+    fingerprint: str  # sha256 of every file's name and bytes and of the split: two corpora that differ differ here
+    root: Optional[str] = None  # where the files came from: None for the shipped snapshot
+    val_fraction: float = 0.1
     _unigram: Optional[float] = field(default=None, repr=False)
     _eval_sets: dict = field(default_factory=dict, repr=False)
 
@@ -68,7 +70,8 @@ class Corpus:
 
     def eval_set(self, seq_len: int, n_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed validation set: ``n_windows`` windows (x, y) spread evenly over the validation
-        bytes (every file contributes), the same for every seed and run."""
+        bytes (every file contributes), the same for every seed and run. Each call hands out fresh
+        copies, so a caller that edits them in place cannot change what later runs are scored on."""
         key = (seq_len, n_windows)
         if key not in self._eval_sets:
             if not 0 < seq_len < len(self.val) - 1 or n_windows <= 0:
@@ -78,7 +81,8 @@ class Corpus:
             start = torch.linspace(0, len(self.val) - seq_len - 1, n_windows).long()
             window = self.val[start[:, None] + torch.arange(seq_len + 1)]
             self._eval_sets[key] = (window[:, :-1].long(), window[:, 1:].long())
-        return self._eval_sets[key]
+        x, y = self._eval_sets[key]
+        return x.clone(), y.clone()
 
     def _unigram_logp(self) -> torch.Tensor:
         counts = torch.bincount(self.train.long(), minlength=VOCAB_SIZE).double() + 1.0
@@ -96,12 +100,35 @@ class Corpus:
             self._unigram = self.unigram_loss(self.val)
         return self._unigram
 
+    def spec(self) -> CorpusSpec:
+        """What a worker process needs to load this same corpus itself (`CorpusSpec.load`)."""
+        return CorpusSpec(self.root, self.val_fraction, self.fingerprint)
+
     def describe(self) -> str:
         return (
             f"{len(self.files)} standard-library files, {len(self.train):,} train + {len(self.val):,} val bytes, "
             f"sha256 {self.fingerprint[:12]}, unigram entropy {self.unigram_entropy():.3f} nats "
             f"(uniform: ln 256 = {math.log(VOCAB_SIZE):.3f})"
         )
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """A corpus by name: where its files are and how it is split, plus the fingerprint it must
+    have. Small and picklable, so a sweep sends it to its workers instead of the bytes."""
+
+    root: Optional[str]
+    val_fraction: float
+    fingerprint: str
+
+    def load(self) -> Corpus:
+        corpus = load_corpus(self.root, self.val_fraction)
+        if corpus.fingerprint != self.fingerprint:
+            raise ValueError(
+                f"the corpus under {self.root or 'the shipped snapshot'} has fingerprint {corpus.fingerprint[:12]} "
+                f"here, not {self.fingerprint[:12]} as where the sweep started: the files differ"
+            )
+        return corpus
 
 
 _CACHE: dict[tuple[str, float], Corpus] = {}
@@ -118,8 +145,10 @@ def load_corpus(root: Optional[str] = None, val_fraction: float = 0.1) -> Corpus
     differ, and so does the fingerprint). Files missing under ``root`` are skipped; fewer than
     half present is an error.
     """
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be a number in (0, 1), got {val_fraction!r}")
+    val_fraction = float(val_fraction)
+    root = None if root is None else str(Path(root).resolve())  # a worker may start elsewhere
     key = (str(root), val_fraction)
     if key in _CACHE:
         return _CACHE[key]
@@ -138,6 +167,7 @@ def load_corpus(root: Optional[str] = None, val_fraction: float = 0.1) -> Corpus
         train.append(raw[:cut])
         val.append(raw[cut:])
         used.append(name)
+    digest.update(f"split: last {val_fraction!r} of each file validates".encode())
     if len(used) < len(STDLIB_FILES) // 2:
         raise FileNotFoundError(
             f"only {len(used)} of {len(STDLIB_FILES)} standard-library source files found under {root}"
@@ -146,6 +176,6 @@ def load_corpus(root: Optional[str] = None, val_fraction: float = 0.1) -> Corpus
     def as_tensor(parts: list[bytes]) -> torch.Tensor:
         return torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8).clone()
 
-    corpus = Corpus(as_tensor(train), as_tensor(val), tuple(used), digest.hexdigest())
+    corpus = Corpus(as_tensor(train), as_tensor(val), tuple(used), digest.hexdigest(), root, val_fraction)
     _CACHE[key] = corpus
     return corpus

@@ -24,6 +24,21 @@ def block_from_torch(layer: nn.TransformerEncoderLayer, *, causal: bool = False)
     kind = getattr(layer, "activation_relu_or_gelu", 0)  # PyTorch's own tag: 1 relu, 2 gelu
     if kind not in (1, 2):
         raise ValueError("block_from_torch supports activation='relu' or 'gelu' only")
+    if isinstance(layer.activation, nn.GELU) and layer.activation.approximate != "none":
+        raise ValueError(
+            f"block_from_torch: this layer's GELU is approximate={layer.activation.approximate!r}; normlab's "
+            "Block uses the exact GELU (approximate='none'), so the two would differ"
+        )
+    rates = {"dropout (after the FFN activation)": layer.dropout.p, "dropout1": layer.dropout1.p,
+             "dropout2": layer.dropout2.p, "self_attn.dropout": layer.self_attn.dropout}  # fmt: skip
+    if any(p > 0 for p in rates.values()):
+        used = ", ".join(f"{k} = {v}" for k, v in rates.items() if v > 0)
+        raise ValueError(
+            f"block_from_torch copies weights, and this layer drops out ({used}; PyTorch's default is 0.1): "
+            "normlab's Block has no dropout between the FFN's two linear layers, so in training mode the two "
+            "would differ. Build the layer with dropout=0.0 to compare them (dropout is the same function "
+            "in eval mode)"
+        )
     act = "relu" if kind == 1 else "gelu"
     d, bias = layer.linear1.in_features, layer.linear1.bias is not None
     block = Block(

@@ -8,7 +8,7 @@ stack may give each block its own placement (Mix-LN, LayerNorm Scaling: `LAYERWI
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import torch
@@ -85,6 +85,13 @@ class Placement:
     in_norm_scale: Optional[float] = None
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name != "in_norm_scale" and not isinstance(getattr(self, f.name), bool):
+                raise ValueError(f"Placement.{f.name} must be True or False, got {getattr(self, f.name)!r}")
+        if self.shortcut_scale and self.branch_scale:
+            raise ValueError("shortcut_scale and branch_scale both apply DeepNorm's alpha (twice): pick one")
+        if self.head_scale_after_o and not self.head_scale:
+            raise ValueError("head_scale_after_o says where the head scale goes: it needs head_scale=True")
         if self.in_norm_scale is None:
             return
         scale = self.in_norm_scale
@@ -126,7 +133,12 @@ def placement(norm: Union[str, Placement]) -> Placement:
     """The `Placement` for a variant name (or pass one through), with an error that lists the names."""
     if isinstance(norm, Placement):
         return norm
-    if isinstance(norm, str) and norm in LAYERWISE:
+    if not isinstance(norm, str):
+        raise ValueError(
+            f"a block takes one placement, a variant name ({', '.join(VARIANTS)}) or a Placement, got {norm!r}; "
+            "one placement per block (a list) goes to TransformerLM(norm=...)"
+        )
+    if norm in LAYERWISE:
         raise ValueError(
             f"{norm!r} gives each block of a stack its own placement: pass it to TransformerLM, or pick a "
             f"block's from {LAYERWISE[norm].__name__}(n_layers); valid choices here: {', '.join(VARIANTS)}"
@@ -143,7 +155,7 @@ def mix_ln(n_layers: int, post_fraction: float = 0.25) -> tuple[Placement, ...]:
     scripts: 3 of 12 layers at 71M, 6 of 24 at 1B). The stack ends in pre-LN blocks, so it keeps
     pre-LN's final norm."""
     _positive(n_layers=n_layers)
-    if not (isinstance(post_fraction, (int, float)) and 0.0 <= post_fraction <= 1.0):
+    if isinstance(post_fraction, bool) or not (isinstance(post_fraction, (int, float)) and 0.0 <= post_fraction <= 1.0):
         raise ValueError(f"post_fraction must be a number in [0, 1], got {post_fraction!r}")
     k = math.floor(post_fraction * n_layers)
     return (VARIANTS["post"],) * k + (VARIANTS["pre"],) * (n_layers - k)
@@ -197,9 +209,15 @@ def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
     return value
 
 
+def _rates(**rates: float) -> None:
+    for name, rate in rates.items():
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
+            raise ValueError(f"{name} must be a number in [0, 1), got {rate!r}")
+
+
 def _positive(**sizes: int) -> None:
     for name, value in sizes.items():
-        if not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
@@ -233,6 +251,9 @@ def deepnorm_coefficients(
 
     (torchscale uses 1.15 for the encoder-decoder encoder beta; the paper's 0.87 is used here.)
     """
+    for name, value in (("encoder_layers", encoder_layers), ("decoder_layers", decoder_layers)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} counts blocks: it must be an integer >= 0, got {value!r}")
     if encoder_layers < 0 or decoder_layers < 0 or encoder_layers + decoder_layers == 0:
         raise ValueError(
             f"need encoder_layers >= 0 and decoder_layers >= 0, not both 0; got {encoder_layers}, {decoder_layers}"
@@ -521,15 +542,26 @@ class Block(nn.Module):
         _choice(norm_kind, NORM_KINDS, "norm_kind")
         _choice(activation, ACTIVATIONS, "activation")
         _choice(init, INIT_SCHEMES, "init")
-        for name, rate in (("dropout", dropout), ("attn_dropout", attn_dropout)):
-            if not 0.0 <= rate < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {rate}")
+        _rates(dropout=dropout, attn_dropout=attn_dropout)
+        for name, value in (("bias", bias), ("causal", causal)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         qk_norm_kind(qk_norm)  # "yes" or "no" would otherwise both switch it on
         if not (isinstance(eps, (int, float)) and eps >= 0):  # 0 is the exact norm (chapter 3 uses it)
             raise ValueError(f"eps must be a number >= 0 (the norms divide by sqrt(var + eps)), got {eps!r}")
 
         _, coef = deepnorm_coefficients(decoder_layers=n_layers)
         scaled = p.shortcut_scale or p.branch_scale
+        for name, value in (("deepnorm_alpha", deepnorm_alpha), ("deepnorm_beta", deepnorm_beta)):
+            if value is None:
+                continue
+            if not scaled:
+                raise ValueError(
+                    f"{name}={value!r} is given, but this block's placement has no DeepNorm alpha "
+                    "(shortcut_scale or branch_scale): it would be ignored"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         self.alpha = (coef.alpha if deepnorm_alpha is None else deepnorm_alpha) if scaled else 1.0
         self.beta = (coef.beta if deepnorm_beta is None else deepnorm_beta) if scaled else 1.0
         self.shortcut = Scale(self.alpha) if p.shortcut_scale else nn.Identity()
@@ -673,6 +705,7 @@ class TransformerLM(nn.Module):
     ) -> None:
         super().__init__()
         _positive(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_seq_len=max_seq_len)
+        _rates(dropout=dropout, attn_dropout=attn_dropout)
         self.placements = per_block = placements(norm, n_layers)
         self.placement: Optional[Placement] = per_block[0] if len(set(per_block)) == 1 else None
         self.max_seq_len = max_seq_len

@@ -25,6 +25,7 @@ __all__ = [
     "grad_norms",
     "residual_stream",
     "residual_norms",
+    "residual_norms_probe",
     "max_activations",
     "stack_jacobian",
     "norm_input_scale",
@@ -126,6 +127,12 @@ def residual_norms(model: TransformerLM, idx: torch.Tensor, *, train: bool = Fal
     """E||x_l||^2 / d for l = 0 .. L, averaged over batch and positions: shape [L + 1]. Eval mode
     unless ``train=True``."""
     return torch.stack([x.pow(2).mean() for x in residual_stream(model, idx, train=train)])
+
+
+def residual_norms_probe(model: TransformerLM, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`residual_norms` as a probe for `run` and `run_many` (``probe=`` or ``final_probe=``):
+    ``{"residual_norms": [L + 1]}``; a run stores the tensor as a list of floats."""
+    return {"residual_norms": residual_norms(model, x)}
 
 
 @torch.no_grad()

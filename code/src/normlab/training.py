@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .data import Corpus, load_corpus
+from . import checks
+from .data import VOCAB_SIZE, Corpus, load_corpus
 from .model import TransformerLM, admin_init
 from .probes import attention_stats, layer_grad_stats, mode, model_update
 from .scale import get_device
@@ -36,6 +37,8 @@ __all__ = [
     "initial_model",
     "initial_val_loss",
     "classify_outcome",
+    "divergence_ceiling",
+    "check_job",
 ]
 
 SCHEDULES = ("constant", "cosine", "inverse-sqrt", "wsd")
@@ -110,22 +113,36 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_windows", "log_every", "diverge_window"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr}")
-        if not 0 <= self.warmup <= self.steps:
-            raise ValueError(f"TrainConfig.warmup must be in [0, steps={self.steps}], got {self.warmup}")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
-        if not (self.eps > 0 and self.weight_decay >= 0 and self.spike_threshold > 0):
-            raise ValueError("TrainConfig needs eps > 0, weight_decay >= 0 and spike_threshold > 0")
-        if self.weight_decay_mode not in WEIGHT_DECAY_MODES:
-            raise ValueError(
-                f"unknown weight_decay_mode {self.weight_decay_mode!r}; valid choices: {', '.join(WEIGHT_DECAY_MODES)}"
-            )
-        object.__setattr__(self, "betas", tuple(self.betas))  # a list from JSON becomes the tuple again
-        lr_multiplier(self.schedule, 1, warmup=self.warmup, total=self.steps, decay_fraction=self.decay_fraction)
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
+        checks.integer("TrainConfig.seed", self.seed, minimum=0)
+        for name in ("lr", "eps", "spike_threshold"):
+            checks.number(f"TrainConfig.{name}", getattr(self, name), low=0.0, low_open=True)
+        warmup = self.warmup
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= self.steps:
+            raise ValueError(f"TrainConfig.warmup must be an integer in [0, steps={self.steps}], got {warmup!r}")
+        checks.choice("schedule", self.schedule, SCHEDULES)
+        checks.number("TrainConfig.min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
+        checks.number("TrainConfig.decay_fraction", self.decay_fraction, low=0.0, high=1.0, low_open=True)
+        betas = self.betas
+        if (
+            isinstance(betas, (str, bytes))
+            or not isinstance(betas, (tuple, list))
+            or len(betas) != 2
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)
+        ):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {betas!r}")
+        checks.number("TrainConfig.weight_decay", self.weight_decay, low=0.0)
+        checks.choice("weight_decay_mode", self.weight_decay_mode, WEIGHT_DECAY_MODES)
+        if self.clip is not None:
+            # clip <= 0 is no clipping at all: 0 zeroes every gradient and a negative norm reverses it.
+            checks.number("TrainConfig.clip (None for no clipping)", self.clip, low=0.0, low_open=True)
+        if not isinstance(self.grad_param, str):
+            raise ValueError(f"TrainConfig.grad_param must be a block parameter's name, got {self.grad_param!r}")
+        for name in ("track_attention", "track_model_update"):
+            checks.flag(f"TrainConfig.{name}", getattr(self, name))
+        object.__setattr__(self, "betas", tuple(float(b) for b in betas))  # a list from JSON becomes the tuple again
 
 
 @dataclass
@@ -139,7 +156,8 @@ class TrainResult:
     (||delta theta|| / ||theta||); with tracking, per-layer ``max_logit`` and ``entropy`` (see
     `probes.attention_stats`) and ``model_update``; and whatever the probe callback returned.
     ``unigram_val`` is the loss of the training bytes' unigram model on the run's own validation
-    set: the level a model that learned only byte frequencies reaches.
+    set: the level a model that learned only byte frequencies reaches. ``initial_val`` is the
+    model's own loss there before its first step (Wortsman et al.'s l0).
     """
 
     config: dict[str, Any]
@@ -152,6 +170,7 @@ class TrainResult:
     logs: list[dict[str, Any]] = field(default_factory=list)  # probes at log steps
     spikes: list[int] = field(default_factory=list)  # steps whose loss jumped (see TrainConfig)
     unigram_val: Optional[float] = None
+    initial_val: Optional[float] = None  # the validation loss at initialisation, before step 1
     final: dict[str, Any] = field(default_factory=dict)  # what run(final_probe=...) measured at the end
     seconds: float = 0.0
     trained_model: Optional[nn.Module] = field(default=None, repr=False, compare=False)  # run(keep_model=True)
@@ -225,6 +244,40 @@ def _finite(value: Any) -> bool:
     return True
 
 
+def _plain(value: Any) -> Any:
+    """A probe's value as plain Python numbers: a tensor becomes a float or a (nested) list, so
+    every record is JSON and a store can save it."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        return value.item() if value.dim() == 0 else value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", None) == 0:
+        return value.item()  # a numpy scalar
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):
+        return value.tolist()  # a numpy array
+    return value
+
+
+def _isolated_rng(device: torch.device) -> Any:
+    """A context in which random draws do not move the run's own random streams: a probe that
+    samples (dropout in train mode) leaves the batches and masks of the run it measures alone."""
+    devices = [device.index or 0] if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
+
+
+def call_probe(probe: Probe, model: TransformerLM, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    """``probe(model, x, y)`` on copies of the windows, with the random state isolated, its values
+    made plain (`_plain`); a probe must return a dict."""
+    with _isolated_rng(x.device):
+        out = probe(model, x.clone(), y.clone())
+    if not isinstance(out, dict):
+        raise ValueError(f"a probe must return a dict of measurements, got {type(out).__name__} from {probe!r}")
+    return _plain(out)
+
+
 @torch.no_grad()
 def _val_loss(model: TransformerLM, x: torch.Tensor, y: torch.Tensor, chunk: int = 64) -> float:
     """Mean loss per byte over the whole fixed validation set, in eval mode."""
@@ -268,6 +321,8 @@ def train(
     opt = make_adamw([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}], config)
     model0 = copy.deepcopy(model) if config.track_model_update else None
     result = TrainResult(config=asdict(config), unigram_val=corpus.unigram_loss(val_y.cpu()))
+    initial = _val_loss(model, val_x, val_y)
+    result.initial_val = initial if math.isfinite(initial) else None
     watch = LossMonitor(corpus.vocab_size, config.diverge_window, config.spike_threshold)
     start = time.perf_counter()
     bar = tqdm(range(1, config.steps + 1), disable=not progress, leave=False, desc="train")
@@ -316,7 +371,7 @@ def train(
             if model0 is not None:
                 record["model_update"] = model_update(model, model0, probe_x)
             if probe is not None:
-                record.update(probe(model, probe_x, probe_y))
+                record.update(call_probe(probe, model, probe_x, probe_y))
             if not _finite(record):
                 diverge(step)
                 break
@@ -329,8 +384,22 @@ def train(
             result.evals.append((step, val))
             bar.set_postfix(loss=f"{value:.3f}", val=f"{val:.3f}")
     bar.close()
+    _diverged_by_the_end(result, corpus.vocab_size)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def divergence_ceiling(result: TrainResult, vocab_size: int = 256) -> float:
+    """The validation loss above which a finished run counts as diverged: min(ln V, its own loss at
+    initialisation); a run that ends worse than guessing uniformly, or worse than it started, has
+    not trained, whatever its curve did on the way."""
+    ceiling = math.log(vocab_size)
+    return min(ceiling, result.initial_val) if result.initial_val is not None else ceiling
+
+
+def _diverged_by_the_end(result: TrainResult, vocab_size: int) -> None:
+    if result.status != "diverged" and result.evals and result.evals[-1][1] > divergence_ceiling(result, vocab_size):
+        result.status, result.diverged_at = "diverged", result.evals[-1][0]
 
 
 def data_init_(model: TransformerLM, corpus: Corpus, config: TrainConfig) -> None:
@@ -358,9 +427,25 @@ def initial_val_loss(model_kwargs: dict[str, Any], config: TrainConfig, corpus: 
     """The validation loss of the model ``run(model_kwargs, config)`` starts from, on the fixed
     validation windows the run is scored on: the loss at initialisation, l0, of Wortsman et al.'s
     LR sensitivity (`normlab.stats.lr_sensitivity`)."""
+    check_job(model_kwargs, config, where="initial_val_loss")
     corpus = corpus or load_corpus()
     x, y = corpus.eval_set(config.seq_len, config.eval_windows)
-    return _val_loss(initial_model(model_kwargs, config, corpus), x, y)
+    with _isolated_rng(torch.device("cpu")):
+        return _val_loss(initial_model(model_kwargs, config, corpus), x, y)
+
+
+def check_job(model_kwargs: Any, config: Any, where: str = "run") -> None:
+    """What `run` and `run_many` take, checked before anything trains: a dict of `TransformerLM`
+    keyword arguments and a `TrainConfig`."""
+    if not isinstance(model_kwargs, dict):
+        raise ValueError(
+            f"{where}: the model must be a dict of TransformerLM keyword arguments, got {type(model_kwargs).__name__}"
+        )
+    if "vocab_size" in model_kwargs:
+        raise ValueError(f"{where}: vocab_size comes from the corpus; leave it out of the model kwargs")
+    if not isinstance(config, TrainConfig):
+        hint = ": build one with TrainConfig(**your_dict)" if isinstance(config, dict) else ""
+        raise ValueError(f"{where}: the config must be a normlab.TrainConfig, got {type(config).__name__}{hint}")
 
 
 def run(
@@ -378,15 +463,21 @@ def run(
     where its placement asks for it (`data_init_`: Admin), train; the result keeps both
     configs. ``final_probe(model, x, y)`` runs once on the trained model (on the first validation
     windows) into ``result.final``, unless the run diverged; ``keep_model=True`` hands the trained
-    model back as ``result.trained_model`` (never saved with the results)."""
+    model back as ``result.trained_model`` (never saved with the results).
+
+    The run seeds torch's global generator itself (dropout draws from it) inside a forked random
+    state, so the caller's own random stream is the same before and after."""
+    check_job(model_kwargs, config)
     corpus = corpus or load_corpus()
-    model = initial_model(model_kwargs, config, corpus)
-    result = train(model, corpus, config, device=device, progress=progress, probe=probe)
+    device = device or get_device()
+    with _isolated_rng(device):
+        model = initial_model(model_kwargs, config, corpus)
+        result = train(model, corpus, config, device=device, progress=progress, probe=probe)
     result.model = dict(model_kwargs)
     if final_probe is not None and result.status != "diverged":
-        device = next(model.parameters()).device
-        x, y = (t[: config.batch_size].to(device) for t in corpus.eval_set(config.seq_len, config.eval_windows))
-        result.final = final_probe(model, x, y)
+        on = next(model.parameters()).device
+        x, y = (t[: config.batch_size].to(on) for t in corpus.eval_set(config.seq_len, config.eval_windows))
+        result.final = call_probe(final_probe, model, x, y)
     if keep_model:
         result.trained_model = model
     return result
@@ -395,8 +486,9 @@ def run(
 def classify_outcome(result: TrainResult, margin: float = 0.1) -> str:
     """What became of a run, by what the words mean:
 
-    - ``diverged``: the loop stopped it (a non-finite value, or worse than uniform guessing for
-      ``diverge_window`` steps in a row);
+    - ``diverged``: the loop stopped it (a non-finite value, or a training loss worse than uniform
+      guessing for ``diverge_window`` steps in a row), or it finished with a validation loss above
+      `divergence_ceiling`: worse than uniform guessing (ln V) or worse than its own start;
     - ``stalled``: it finished, but its validation loss is no more than ``margin`` nats below
       ``result.unigram_val``, the loss of byte frequencies alone on the same validation set (or
       above it): it learned nothing a unigram model does not know;
@@ -404,8 +496,10 @@ def classify_outcome(result: TrainResult, margin: float = 0.1) -> str:
 
     Whether the curve spiked on the way is a separate flag, ``result.spiked``.
     """
-    if result.status == "diverged":
+    if result.status == "diverged" or not result.evals:
         return "diverged"
+    if result.evals[-1][1] > divergence_ceiling(result, VOCAB_SIZE):
+        return "diverged"  # a stored run from before the loop applied this rule itself
     if result.unigram_val is None:
         raise ValueError("this result has no unigram_val (it predates fixed validation sets); rerun it")
     return "stalled" if result.final_val_loss > result.unigram_val - margin else "trained"
