@@ -12,7 +12,7 @@ import normlab
 def _randomise_norms(module: nn.Module) -> None:
     # gamma = 1, beta = 0 would let a block that swaps or drops a norm pass a comparison.
     for m in module.modules():
-        if isinstance(m, (nn.LayerNorm, normlab.RMSNorm)):
+        if isinstance(m, (nn.LayerNorm, *normlab.norms.RMS_NORMS)):
             with torch.no_grad():
                 m.weight.uniform_(0.5, 1.5)
                 if getattr(m, "bias", None) is not None:

@@ -153,16 +153,27 @@ def test_model_settings_that_used_to_pass_silently(kwargs, message):
 
 
 @pytest.mark.parametrize(
-    "fields, message",
+    "build, message",
     [
-        ({"in_norm": "yes"}, "Placement.in_norm must be True or False, got 'yes'"),
-        ({"head_scale_after_o": True}, "needs head_scale=True"),
-        ({"trunk_norm": True, "shortcut_scale": True, "branch_scale": True}, "apply DeepNorm's alpha"),
+        (lambda: normlab.Wrap(norm_in="yes"), "Wrap.norm_in must be True or False, got 'yes'"),
+        (lambda: normlab.Wrap(shortcut="alpha"), "Wrap.shortcut must be a Shortcut"),
+        (lambda: normlab.Wrap(shortcut_normed=True), "it needs norm_in=True"),
+        (lambda: normlab.Placement.same(normlab.Wrap(), head_scale="after"), "head_scale must be None or one of"),
+        (lambda: normlab.Placement.same(normlab.Wrap(), branch="gate"), "Placement.branch must be a Branch"),
+        (
+            lambda: normlab.Placement.same(
+                normlab.Wrap(norm_trunk=True, shortcut=normlab.Shortcut.ALPHA), branch=normlab.Branch.ALPHA
+            ),
+            "applies DeepNorm's alpha twice",
+        ),
+        (lambda: normlab.Placement(attn=normlab.Wrap(), ffn="pre"), "Placement.ffn must be a Wrap"),
     ],
 )
-def test_invalid_placements_are_rejected_when_built(fields, message):
+def test_invalid_placements_are_rejected_when_built(build, message):
+    # (A head scale "after W_o" without a head scale, or alpha on both sides, cannot even be written
+    # any more: the head scale is one field, None or where it sits.)
     with pytest.raises(ValueError, match=message):
-        normlab.Placement(**fields)
+        build()
 
 
 def test_a_block_takes_one_placement_and_says_where_a_list_goes():
@@ -257,3 +268,13 @@ def test_block_from_torch_refuses_what_it_cannot_copy():
 def test_the_training_module_is_reachable_by_its_name():
     # normlab.train is the training function; the module is normlab.training (the README names it).
     assert callable(normlab.train) and normlab.training.make_adamw is not None
+
+
+def test_no_function_hides_a_module_of_the_package():
+    # normlab.train (a function) once hid the module normlab.train; every module is reachable by name.
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(normlab.__path__):
+        module = importlib.import_module(f"normlab.{info.name}")
+        assert getattr(normlab, info.name) is module, f"normlab.{info.name} is not the module"

@@ -86,7 +86,7 @@ def test_clipping_weight_decay_and_adam_constants_per_run(corpus):
 
 
 def test_batchable_groups_jobs_with_one_model_and_one_shape():
-    pre, post = dict(TINY), dict(TINY, norm=normlab.Placement(trunk_norm=True))
+    pre, post = dict(TINY), dict(TINY, norm=normlab.Placement.same(normlab.Wrap(norm_trunk=True)))
     jobs = [
         (pre, TrainConfig(**SHAPE, lr=1e-3)),
         (post, TrainConfig(**SHAPE, lr=1e-3)),

@@ -49,3 +49,24 @@ def test_rmsnorm_null_space_is_x():
     j = rmsnorm_jacobian(x, eps=0.0)
     assert (j @ x).abs().max() < 1e-12
     assert torch.linalg.matrix_rank(j) == 16 - 1
+
+
+def test_torchs_rmsnorm_gives_normlabs_numbers_forward_and_backward():
+    # "rms" uses torch.nn.RMSNorm where this torch has it (2.4 and later), normlab's RMSNorm elsewhere.
+    from torch import nn
+
+    from normlab.norms import TORCH_RMS_NORM, RMSNorm, make_norm
+
+    if TORCH_RMS_NORM is None:
+        pytest.skip("this torch has no nn.RMSNorm")
+    assert type(make_norm("rms", 64, 1e-5, True)) is nn.RMSNorm
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 64, requires_grad=True)
+    ours, theirs = RMSNorm(64, eps=1e-5), nn.RMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+        theirs.weight.copy_(ours.weight)
+    torch.testing.assert_close(theirs(x), ours(x), rtol=0, atol=0)
+    g_ours, g_theirs = (torch.autograd.grad(m(x).pow(2).sum(), (x, m.weight)) for m in (ours, theirs))
+    for a, b in zip(g_theirs, g_ours):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -12,8 +12,9 @@ import torch
 
 import normlab
 from normlab import VARIANTS, Block, TrainConfig, TrainResult, TransformerLM, classify_outcome, probes, run
+from normlab.record import LossMonitor
 from normlab.results import load_results, provenance, save_results
-from normlab.training import LossMonitor, adamw_weight_decay
+from normlab.training import adamw_weight_decay
 
 TINY = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=32)
 SHORT = dict(steps=20, seq_len=32, eval_every=10, log_every=5, eval_windows=32)

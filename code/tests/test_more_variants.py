@@ -21,6 +21,7 @@ from normlab import (
     RMSNorm,
     TrainConfig,
     TransformerLM,
+    Wrap,
     admin_init,
     data_init_,
     layernorm_scaling,
@@ -33,8 +34,8 @@ from normlab.results import run_many
 
 D, H = 32, 4
 NEW = ("rezero", "admin", "mixln", "lnscaled")
-NORMS = (nn.LayerNorm, RMSNorm, DyT)
-KIND_CLASS = {"layer": nn.LayerNorm, "rms": RMSNorm, "gemma_rms": RMSNorm, "dyt": DyT}
+NORMS = (nn.LayerNorm, *normlab.norms.RMS_NORMS, DyT)
+KIND_CLASS = {"layer": nn.LayerNorm, "rms": normlab.norms.RMS_NORMS[-1], "gemma_rms": RMSNorm, "dyt": DyT}
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +69,8 @@ def test_every_norm_of_every_variant_is_of_the_chosen_kind(kind, variant, qk_nor
     norms = norms_of(model)
     assert len(norms) == len(norms_of(reference))  # the same slots filled, none left a LayerNorm
     assert all(type(m) is KIND_CLASS[kind] for m in norms), variant
-    if kind in ("rms", "gemma_rms"):
-        assert all(m.offset == (1.0 if kind == "gemma_rms" else 0.0) for m in norms)
+    if kind == "gemma_rms":
+        assert all(m.offset == 1.0 for m in norms)  # the gain is 1 + weight
     if variant == "rezero" and not qk_norm:
         assert norms == []  # ReZero's own blocks have none
 
@@ -144,7 +145,7 @@ def test_rezero_gates_get_a_gradient_at_init_and_the_branches_inside_them_do_not
 
 def test_rezero_has_one_gate_per_block_shared_by_its_two_sub_layers():
     count = lambda v: sum(p.numel() for p in Block(D, H, norm=v).parameters())  # noqa: E731
-    assert count("rezero") - count(Placement()) == 1
+    assert count("rezero") - count(Placement.same(Wrap())) == 1
     block = Block(D, H, norm="rezero")
     with torch.no_grad():
         block.branch[-1].weight.fill_(0.3)
@@ -219,9 +220,9 @@ def test_per_block_placements_of_the_wrong_length_or_kind_raise():
 
 
 def test_layernorm_scaling_divides_block_ls_in_norms_by_sqrt_l():
-    scales = [p.in_norm_scale for p in layernorm_scaling(4)]
+    scales = [p.in_scale for p in layernorm_scaling(4)]
     assert scales == [1.0, 1 / math.sqrt(2), 1 / math.sqrt(3), 0.5]
-    assert all(dataclasses.replace(p, in_norm_scale=None) == VARIANTS["pre"] for p in layernorm_scaling(4))
+    assert all(dataclasses.replace(p, in_scale=None) == VARIANTS["pre"] for p in layernorm_scaling(4))
     assert isinstance(TransformerLM(256, D, H, 4, norm="lnscaled").final_norm, nn.LayerNorm)  # as pre-LN
 
 
@@ -244,10 +245,10 @@ def test_layernorm_scaling_is_pre_ln_with_in_norm_gains_and_biases_divided_by_sq
 
 
 def test_in_norm_scale_needs_an_in_norm_and_a_positive_number():
-    with pytest.raises(ValueError, match="it needs in_norm=True"):
-        Placement(trunk_norm=True, in_norm_scale=0.5)
+    with pytest.raises(ValueError, match="it needs norm_in in both sub-layers"):
+        Placement.same(Wrap(norm_trunk=True), in_scale=0.5)
     with pytest.raises(ValueError, match="finite number > 0"):
-        Placement(in_norm=True, in_norm_scale=-1.0)
+        Placement.same(Wrap(norm_in=True), in_scale=-1.0)
 
 
 # --- Admin --------------------------------------------------------------------------------------

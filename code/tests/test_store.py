@@ -53,8 +53,8 @@ def test_a_change_to_normlabs_source_changes_every_key(tmp_path, corpus, count_r
     copy = tmp_path / "normlab"
     shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "corpus"))
     before = _source_hash.__wrapped__(str(copy))  # not the cached value
-    model = copy / "model.py"
-    model.write_text(model.read_text().replace("std=0.02 * gain", "std=0.021 * gain"))  # edit init_block_
+    init = copy / "init.py"
+    init.write_text(init.read_text().replace("std=0.02 * gain", "std=0.021 * gain"))  # edit init_block_
     assert _source_hash.__wrapped__(str(copy)) != before
     # ... and a sweep keys its runs by that hash: changed code, no stored run comes back.
     store = tmp_path / "store"

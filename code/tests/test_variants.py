@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import normlab
-from normlab import VARIANTS, Block, TransformerLM, deepnorm_coefficients
+from normlab import VARIANTS, Block, Branch, Placement, Shortcut, TransformerLM, Wrap, deepnorm_coefficients
 
 D, H = 32, 4
 
@@ -36,10 +36,20 @@ def test_final_norm_exactly_when_the_trunk_is_never_normed():
         assert has_final == (v in {"pre", "sandwich", "normformer", "reordered"}), v
 
 
+def both(**fields) -> Placement:
+    """Both sub-layers wrapped alike."""
+    return Placement.same(Wrap(**fields))
+
+
 def test_variants_differ_in_their_telltale_fields_only():
-    assert dataclasses.replace(VARIANTS["post"], shortcut_scale=True) == VARIANTS["deepnorm"]
-    assert dataclasses.replace(VARIANTS["pre"], attn_out_norm=True, ffn_out_norm=True) == VARIANTS["sandwich"]
-    assert dataclasses.replace(VARIANTS["sandwich"], in_norm=False) == VARIANTS["reordered"]
+    assert both(norm_trunk=True) == VARIANTS["post"] and both(norm_in=True) == VARIANTS["pre"]
+    assert both(norm_trunk=True, shortcut=Shortcut.ALPHA) == VARIANTS["deepnorm"]  # post-LN + alpha
+    assert both(norm_in=True, norm_out=True) == VARIANTS["sandwich"]  # pre-LN + output norms
+    assert both(norm_out=True) == VARIANTS["reordered"]  # sandwich without its input norms
+    assert both(norm_trunk=True, shortcut=Shortcut.OMEGA) == VARIANTS["admin"]  # post-LN + omega
+    nf = VARIANTS["normformer"]
+    assert nf.ffn == VARIANTS["pre"].ffn and nf.attn == VARIANTS["sandwich"].attn  # plus what sits inside
+    assert (nf.head_scale, nf.ffn_mid_norm) == ("before_o", True)
 
 
 def test_deepnorm_with_alpha_and_beta_one_is_post_ln(randomise_norms):
@@ -103,7 +113,7 @@ def test_sandwich_without_its_output_norms_is_pre_ln(randomise_norms):
     torch.manual_seed(0)
     sandwich = Block(D, H, norm="sandwich")
     randomise_norms(sandwich)
-    bare = Block(D, H, norm=dataclasses.replace(VARIANTS["sandwich"], attn_out_norm=False, ffn_out_norm=False))
+    bare = Block(D, H, norm=both(norm_in=True))
     pre = Block(D, H, norm="pre")
     _same_weights(sandwich, bare)
     _same_weights(sandwich, pre)
@@ -118,7 +128,9 @@ def test_normformer_with_its_additions_switched_off_is_pre_ln(randomise_norms):
     randomise_norms(nf)
     with torch.no_grad():
         nf.attn.head_scale.weight.uniform_(0.5, 1.5)
-    off = dataclasses.replace(VARIANTS["normformer"], attn_out_norm=False, head_scale=False, ffn_mid_norm=False)
+    nf_p = VARIANTS["normformer"]
+    attn = dataclasses.replace(nf_p.attn, norm_out=False)
+    off = dataclasses.replace(nf_p, attn=attn, head_scale=None, ffn_mid_norm=False)
     assert off == VARIANTS["pre"]
     pre = Block(D, H, norm="pre")
     _same_weights(nf, pre)
@@ -204,9 +216,9 @@ def test_reordered_without_its_output_norms_is_the_block_with_no_norm(randomise_
     torch.manual_seed(0)
     reordered = Block(D, H, norm="reordered")
     randomise_norms(reordered)
-    bare = Block(D, H, norm=dataclasses.replace(VARIANTS["reordered"], attn_out_norm=False, ffn_out_norm=False))
-    assert bare.placement == normlab.Placement()  # every slot empty
-    assert not any(isinstance(m, (nn.LayerNorm, normlab.RMSNorm)) for m in bare.modules())
+    bare = Block(D, H, norm=both())
+    assert bare.placement == Placement.same(Wrap())  # every slot empty
+    assert not any(isinstance(m, (nn.LayerNorm, *normlab.norms.RMS_NORMS)) for m in bare.modules())
     _same_weights(reordered, bare)
     x = torch.randn(2, 8, D)
     torch.testing.assert_close(bare(x), x + bare.attn(x) + bare.mlp(x + bare.attn(x)), rtol=0, atol=1e-6)
@@ -216,7 +228,7 @@ def test_reordered_without_its_output_norms_is_the_block_with_no_norm(randomise_
 
 def test_the_labml_bug_scales_the_branch_and_is_a_different_block(randomise_norms):
     """labml's DeepNorm (their issue #145) computes LN(x + alpha * G(x)): one field away from DeepNorm."""
-    buggy_placement = dataclasses.replace(VARIANTS["deepnorm"], shortcut_scale=False, branch_scale=True)
+    buggy_placement = Placement.same(Wrap(norm_trunk=True), branch=Branch.ALPHA)
     torch.manual_seed(0)
     buggy = Block(D, H, norm=buggy_placement, init="xavier", n_layers=6)
     torch.manual_seed(0)
@@ -232,7 +244,7 @@ def test_the_labml_bug_scales_the_branch_and_is_a_different_block(randomise_norm
 
 def test_chatglm_shortcut_carries_the_normed_input_scaled_by_alpha(randomise_norms):
     """ChatGLM-6B's GLMBlock: h = alpha * LN(x) + Attn(LN(x)), with alpha = (2N)^(1/2)."""
-    glm = dataclasses.replace(VARIANTS["pre"], shortcut_scale=True, shortcut_normed=True)
+    glm = both(norm_in=True, shortcut=Shortcut.ALPHA, shortcut_normed=True)
     n = 4
     torch.manual_seed(0)
     block = Block(D, H, norm=glm, n_layers=n, deepnorm_alpha=math.sqrt(2 * n), deepnorm_beta=1.0)
@@ -255,7 +267,7 @@ def test_gemma_rmsnorm_is_rmsnorm_with_gain_one_plus_weight():
         gemma.weight.fill_(1.0)  # the porting bug: a weight initialised like an ordinary RMSNorm's
     torch.testing.assert_close(gemma(x), 2 * plain(x), rtol=0, atol=0)
     model = TransformerLM(256, D, H, 2, norm="sandwich", norm_kind="gemma_rms")
-    norms = [m for m in model.modules() if isinstance(m, normlab.RMSNorm)]
+    norms = [m for m in model.modules() if isinstance(m, normlab.norms.RMS_NORMS)]
     assert len(norms) == 2 * 4 + 1 and all(m.offset == 1.0 for m in norms)
 
 
@@ -299,7 +311,8 @@ def test_l2_qk_norm_bounds_every_logit_by_the_learned_scale():
 
 def test_normformer_resid_scale_multiplies_the_ffn_shortcut_only(randomise_norms):
     """--scale-resids: x <- lambda * x + FFN(LN(x)) in the FFN sub-layer; lambda = 1 at init."""
-    nf_plus = dataclasses.replace(VARIANTS["normformer"], ffn_resid_scale=True)
+    nf = VARIANTS["normformer"]
+    nf_plus = dataclasses.replace(nf, ffn=dataclasses.replace(nf.ffn, shortcut=Shortcut.LAMBDA))
     torch.manual_seed(0)
     block = Block(D, H, norm=nf_plus)
     torch.manual_seed(0)
@@ -321,7 +334,7 @@ def test_head_scale_before_or_after_w_o_are_two_reparametrisations_of_w_o():
     h-th chunk of W_o's output (= W_o's rows and bias of chunk h). Fold each into W_o: same outputs."""
     gains = torch.tensor([0.5, 2.0, 1.0, 3.0]).repeat_interleave(D // H)
     x = torch.randn(2, 8, D)
-    fairseq = dataclasses.replace(VARIANTS["normformer"], head_scale_after_o=True)
+    fairseq = dataclasses.replace(VARIANTS["normformer"], head_scale="after_o")
     for placement, fold in ((VARIANTS["normformer"], "columns"), (fairseq, "rows")):
         torch.manual_seed(0)
         block = Block(D, H, norm=placement)

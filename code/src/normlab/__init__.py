@@ -1,36 +1,41 @@
 """normlab: where the LayerNorm goes in a Transformer block, as code the book imports and shows.
 
-`Block` and `TransformerLM` take the norm placement as data (`VARIANTS`, and `LAYERWISE` for stacks
-whose blocks differ); the rest is the data, training loop, probes and plots the chapters measure with.
+`Block` and `TransformerLM` take the norm placement as data (`Placement`, the `VARIANTS` table, and
+`LAYERWISE` for stacks whose blocks differ) and their settings as one `ModelConfig`; the rest is
+the data, training loop, sweeps, probes and plots the chapters measure with.
 """
 
-from . import batched, checks, claims, exercises, interop, plot, probes, results, stats, store, sweep, training
-from .data import CORPUS_SHA256, STDLIB_FILES, VOCAB_SIZE, Corpus, CorpusSpec, load_corpus
-from .jacobian import layernorm_jacobian, rmsnorm_jacobian
-from .model import (
-    ACTIVATIONS,
-    INIT_SCHEMES,
-    LAYERWISE,
-    MLP,
-    NORM_KINDS,
-    QK_NORMS,
-    VARIANTS,
-    Attention,
-    Block,
-    DeepNormCoefficients,
-    DyT,
-    Placement,
-    RMSNorm,
-    TransformerLM,
-    admin_init,
-    deepnorm_coefficients,
-    init_block_,
-    layernorm_scaling,
-    mix_ln,
-    placement,
-    placements,
+from . import (
+    attention,
+    batched,
+    checks,
+    claims,
+    exercises,
+    init,
+    interop,
+    model,
+    ngram,
+    norms,
+    plot,
+    probes,
+    record,
+    reference,
+    results,
+    stats,
+    store,
+    sweep,
+    timing,
+    training,
+    variants,
 )
+from .attention import QK_NORMS, Attention
+from .data import CORPUS_SHA256, STDLIB_FILES, VOCAB_SIZE, Corpus, CorpusSpec, load_corpus
+from .init import admin_init, data_init_, init_block_
+from .jacobian import layernorm_jacobian, rmsnorm_jacobian
+from .model import ACTIVATIONS, INIT_SCHEMES, MLP, Block, ModelConfig, TransformerLM
+from .norms import NORM_KINDS, DyT, RMSNorm
 from .probes import attention_stats, grad_norms, model_update, norm_input_scale, residual_norms
+from .record import OUTCOMES, TrainResult, classify_outcome, divergence_ceiling
 from .scale import (
     SCALES,
     PerScale,
@@ -44,27 +49,39 @@ from .scale import (
 from .store import default_store
 from .sweep import SweepError, run_many
 from .training import (
-    OUTCOMES,
     SCHEDULES,
     WEIGHT_DECAY_MODES,
     TrainConfig,
-    TrainResult,
-    classify_outcome,
-    data_init_,
-    divergence_ceiling,
     initial_model,
     initial_val_loss,
     lr_multiplier,
     run,
     train,
 )
+from .variants import (
+    HEAD_SCALES,
+    LAYERWISE,
+    VARIANTS,
+    Branch,
+    DeepNormCoefficients,
+    Placement,
+    Shortcut,
+    Wrap,
+    deepnorm_coefficients,
+    layernorm_scaling,
+    mix_ln,
+    placement,
+    placements,
+)
 
 __version__ = "0.1.0"
 configure_threads()  # one torch thread unless OMP_NUM_THREADS or NORMLAB_THREADS says otherwise
 
 __all__ = [
-    "batched", "checks", "claims", "exercises", "interop", "plot", "probes", "results", "stats", "store", "sweep",
-    "training", "CorpusSpec", "SweepError", "configure_threads", "default_store", "divergence_ceiling", "run_many",
+    "attention", "init", "model", "ngram", "norms", "reference", "timing", "variants",
+    "batched", "checks", "claims", "record", "exercises", "interop", "plot", "probes", "results", "stats", "store",
+    "sweep", "training", "CorpusSpec", "SweepError", "configure_threads", "default_store", "divergence_ceiling",
+    "run_many", "Branch", "HEAD_SCALES", "ModelConfig", "Shortcut", "Wrap",
     "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "LAYERWISE", "NORM_KINDS", "OUTCOMES", "QK_NORMS", "SCALES",
     "SCHEDULES", "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",
     "MLP", "Attention", "Block", "Corpus", "DeepNormCoefficients", "DyT", "PerScale", "Placement", "RMSNorm",

@@ -18,18 +18,9 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from .data import Corpus, load_corpus
 from .probes import block_param_names, mode
+from .record import RunRecorder, TrainResult
 from .scale import get_device
-from .training import (
-    LossMonitor,
-    TrainConfig,
-    TrainResult,
-    _diverged_by_the_end,
-    _finite,
-    _isolated_rng,
-    adamw_weight_decay,
-    initial_model,
-    lr_multiplier,
-)
+from .training import TrainConfig, _isolated_rng, adamw_weight_decay, initial_model, lr_multiplier
 
 __all__ = ["SHARED_FIELDS", "train_batched", "batchable"]
 
@@ -144,8 +135,7 @@ def train_batched(
     val_x, val_y = (t.to(device) for t in corpus.eval_set(shared.seq_len, shared.eval_windows))
     unigram = corpus.unigram_loss(val_y.cpu())
     results = [TrainResult(config=asdict(c), model=dict(model_kwargs), unigram_val=unigram) for c in configs]
-    watches = [LossMonitor(corpus.vocab_size, c.diverge_window, c.spike_threshold) for c in configs]
-    active = [True] * k
+    recs = [RunRecorder(r, c, corpus.vocab_size) for r, c in zip(results, configs)]  # the loop's own bookkeeping
     # Per-run optimiser constants. torch.optim.AdamW gets weight_decay only for params with dim >= 2;
     # a stacked tensor has one dim more.
     wds = [adamw_weight_decay(c) for c in configs]
@@ -161,10 +151,6 @@ def train_batched(
                 for j, v in enumerate(val_fn(params, buffers, xb, yb).tolist()):
                     totals[j] += v
         return [t / val_y.numel() for t in totals]
-
-    def diverge(j: int, step: int) -> None:
-        results[j].status, results[j].diverged_at = "diverged", step
-        active[j] = False
 
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -183,17 +169,12 @@ def train_batched(
             x, y = torch.stack(xs).to(device), torch.stack(ys).to(device)
             grads, loss = step_fn(params, buffers, x, y)
             values = loss.tolist()
-            for j in range(k):
-                if not active[j]:
-                    continue
-                watches[j].update(values[j])
-                if not math.isfinite(values[j]):
-                    diverge(j, step)  # before its update, as the sequential loop breaks before opt.step()
-                elif watches[j].spiked:
-                    results[j].spikes.append(step)
-            if not any(active):
+            for rec, value in zip(recs, values):
+                if rec.active:
+                    rec.loss(step, value)  # a non-finite loss ends the run before its update, as in train
+            stepping = [rec.active for rec in recs]
+            if not any(stepping):
                 break
-            stepping = list(active)
             if log_now:
                 stats = torch.stack(
                     [torch.stack([_per_run(grads[n]).norm(dim=1) for n in watched]).double(),
@@ -215,41 +196,24 @@ def train_batched(
                 exp_avg_sq[name] = torch.where(m, new[name][2], exp_avg_sq[name])
             before, params = params, {n: torch.where(mask.view(-1, *([1] * (p.dim() - 1))), new[n][0], p)
                                       for n, p in params.items()}  # fmt: skip
-            for j in range(k):
+            for j, rec in enumerate(recs):
                 if stepping[j]:
-                    results[j].losses.append(values[j])
-                    results[j].lrs.append(lrs[j])
-                    if watches[j].diverged:
-                        diverge(j, step)
+                    rec.stepped(step, values[j], lrs[j])
             if log_now:
                 delta = _sq_sums([params[n] - before[n] for n in params]).sqrt()
                 size = (delta / _sq_sums(list(before.values())).sqrt()).tolist()
-                for j in range(k):
-                    if not active[j]:
-                        continue
-                    record = {"step": step, "grad_norms": stats[2][j], "grad_l2": stats[0][j],
-                              "grad_l1_mean": stats[1][j], "update_size": size[j]}  # fmt: skip
-                    if _finite(record):
-                        results[j].logs.append(record)
-                    else:
-                        diverge(j, step)
-            if (step % shared.eval_every == 0 or step == shared.steps) and any(active):
-                vals = val_losses()
-                for j in range(k):
-                    if not active[j]:
-                        continue
-                    val = vals[j]
-                    if math.isfinite(val):
-                        results[j].evals.append((step, val))
-                    else:
-                        diverge(j, step)
-            if not any(active):
+                for j, rec in enumerate(recs):
+                    if rec.active:
+                        rec.log(step, {"step": step, "grad_norms": stats[2][j], "grad_l2": stats[0][j],
+                                       "grad_l1_mean": stats[1][j], "update_size": size[j]})  # fmt: skip
+            if (step % shared.eval_every == 0 or step == shared.steps) and any(r.active for r in recs):
+                for rec, val in zip(recs, val_losses()):
+                    if rec.active:
+                        rec.evaluate(step, val)
+            if not any(rec.active for rec in recs):
                 break
-    seconds = (time.perf_counter() - start) / k
-    for result in results:
-        _diverged_by_the_end(result, corpus.vocab_size)
-        result.seconds = seconds
-    return results
+    seconds = (time.perf_counter() - start) / k  # the batch's wall time, shared out
+    return [rec.finish(seconds) for rec in recs]
 
 
 def _adamw_step(

@@ -49,6 +49,7 @@ class Corpus:
     val_fraction: float = 0.1
     _unigram: Optional[float] = field(default=None, repr=False)
     _eval_sets: dict = field(default_factory=dict, repr=False)
+    _levels: dict = field(default_factory=dict, repr=False)  # normlab.ngram's levels per window shape
 
     @property
     def vocab_size(self) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from .model import LAYERWISE, Placement, placement, placements
+from .variants import LAYERWISE, Branch, Placement, Shortcut, placement, placements
 
 __all__ = [
     "VARIANT_COLORS", "OUTCOME_MARKERS", "use_style", "color", "label", "band", "mark_diverged", "draw_block", "glue",
@@ -155,24 +155,25 @@ def draw_block(
         p = placement(norm)
     name = norm if isinstance(norm, str) else "custom"
     x_trunk, x_branch, h = 0.12, 0.62, 0.28  # h: half a box's height
-    shortcut = f"{norm_label}(x)" if p.shortcut_normed else "x"
-    shortcut = f"α·{shortcut}" if p.shortcut_scale else shortcut
-    shortcut = f"ω⊙{shortcut}" if p.shortcut_omega else shortcut
     # ReZero writes its learned gate alpha too (x + alpha F(x)); the title says whose alpha it is.
-    add_text = "+ α·" if p.branch_scale or p.resweight else ("+" if shortcut == "x" else f"{shortcut} +")
-    add_w = 0.2 + 0.035 * (len(add_text) - 1)
-    in_text = _in_norm_text(norm_label, p.in_norm_scale)
+    branch_text = "α·" if p.branch in (Branch.ALPHA, Branch.GATE) else ""
+    in_text = _in_norm_text(norm_label, p.in_scale)
     y = -0.2
     ax.text(x_trunk, y - 0.3, "x", ha="center", va="center", fontsize=11, style="italic")
-    for sub, out_norm in (("Attention", p.attn_out_norm), ("FFN", p.ffn_out_norm)):
-        items = [(in_text, "norm")] if p.in_norm else []
+    for sub, wrap in (("Attention", p.attn), ("FFN", p.ffn)):
+        shortcut = f"{norm_label}(x)" if wrap.shortcut_normed else "x"
+        shortcut = {Shortcut.ALPHA: "α·", Shortcut.OMEGA: "ω⊙", Shortcut.LAMBDA: "λ·"}.get(wrap.shortcut, "") + shortcut
+        add_text = f"+ {branch_text}" if shortcut == "x" else f"{shortcut} + {branch_text}".rstrip()
+        add_text = "+" if add_text == "+ " else add_text.rstrip()
+        add_w = 0.2 + 0.035 * (len(add_text) - 1)
+        items = [(in_text, "norm")] if wrap.norm_in else []
         inner = sub
         if sub == "Attention" and p.head_scale:
-            inner += "\n+ head scale" + (" after W_o" if p.head_scale_after_o else "")
+            inner += "\n+ head scale" + (" after W_o" if p.head_scale == "after_o" else "")
         if sub == "FFN" and p.ffn_mid_norm:
             inner += f"\n+ {norm_label} after act"
         items.append((inner, "sub"))
-        if out_norm:
+        if wrap.norm_out:
             items.append((norm_label, "norm"))
         ys = [y + 0.8 + 0.8 * i for i in range(len(items))]
         _arrow(ax, (x_trunk, y + 0.25), (x_branch - 0.1, ys[0] - h))  # the branch taps the trunk
@@ -183,10 +184,9 @@ def draw_block(
         y_add = ys[-1] + 0.8
         _arrow(ax, (x_trunk, y), (x_trunk, y_add - h))  # the shortcut
         _arrow(ax, (x_branch, ys[-1] + h), (x_trunk + add_w / 2, y_add))  # the branch joins it
-        text = add_text.replace("+", "λ·x +", 1) if sub == "FFN" and p.ffn_resid_scale and add_text == "+" else add_text
-        _box(ax, y_add, text, "add", x=x_trunk, w=add_w + (0.1 if text != add_text else 0.0))
+        _box(ax, y_add, add_text, "add", x=x_trunk, w=add_w)
         y = y_add + h
-        if p.trunk_norm:
+        if wrap.norm_trunk:
             _arrow(ax, (x_trunk, y), (x_trunk, y + 0.25))
             _box(ax, y + 0.25 + h, norm_label, "norm", x=x_trunk, w=0.22)
             y += 0.25 + 2 * h

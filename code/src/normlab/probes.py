@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import Attention, RMSNorm, TransformerLM
+from .attention import Attention
+from .model import TransformerLM
+from .norms import RMS_NORMS
 
 __all__ = [
     "mode",
@@ -177,7 +179,7 @@ def stack_jacobian(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor
 def _norm_scale(module: nn.Module, x: torch.Tensor) -> float:
     """What the norm divides by, averaged over tokens: sigma = sqrt(var + eps) for LayerNorm (its
     Jacobian scales as gamma / sigma) and rms = sqrt(mean x^2 + eps) for RMSNorm."""
-    if isinstance(module, RMSNorm):
+    if isinstance(module, RMS_NORMS):
         return float((x.pow(2).mean(-1) + module.eps).sqrt().mean())
     return float((x.var(-1, unbiased=False) + module.eps).sqrt().mean())
 
@@ -192,7 +194,8 @@ def norm_input_scale(model: TransformerLM, idx: torch.Tensor, *, train: bool = F
     For post-LN these are the trunk sums x + F(x): when they grow, the norm's Jacobian shrinks and
     the gradient through it vanishes (DeepNet 2203.00555, Fig. 4).
     """
-    names = {m: f"blocks.{name}" for name, m in model.blocks.named_modules() if isinstance(m, (nn.LayerNorm, RMSNorm))}
+    kinds = (nn.LayerNorm, *RMS_NORMS)
+    names = {m: f"blocks.{name}" for name, m in model.blocks.named_modules() if isinstance(m, kinds)}
     seen: dict[str, float] = {}  # dicts keep insertion order: the order of the calls
 
     def record(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:  # returning None keeps the input

@@ -16,11 +16,12 @@ from typing import Any, Optional, Sequence, Union
 import torch
 
 from .data import Corpus, load_corpus
-from .model import Placement
+from .model import model_kwargs_from_json, model_kwargs_to_json
+from .record import TrainResult
 from .scale import get_device, get_scale, seed_base
 from .store import atomic_write_text
 from .sweep import SweepError, default_workers, run_many
-from .training import TrainResult, lr_multiplier
+from .training import lr_multiplier
 
 # run_many, default_workers and SweepError live in normlab.sweep; they are named here too because
 # the chapters and stored commands call them as normlab.results.run_many.
@@ -86,29 +87,9 @@ def _round(obj: Any, digits: Optional[int] = 5) -> Any:
     return obj
 
 
-def _encode_value(v: Any) -> Any:
-    if isinstance(v, Placement):
-        return {"Placement": dataclasses.asdict(v)}
-    if isinstance(v, (list, tuple)) and v and any(isinstance(p, Placement) for p in v):  # one per block
-        return {"Placements": [dataclasses.asdict(p) if isinstance(p, Placement) else p for p in v]}
-    return v
-
-
-def _decode_value(v: Any) -> Any:
-    if isinstance(v, dict) and set(v) == {"Placement"}:
-        return Placement(**v["Placement"])
-    if isinstance(v, dict) and set(v) == {"Placements"}:
-        return tuple(Placement(**p) if isinstance(p, dict) else p for p in v["Placements"])
-    return v
-
-
 def encode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Model kwargs as JSON values: a Placement (or a per-block list of them and names) as its fields."""
-    return {k: _encode_value(v) for k, v in kwargs.items()}
-
-
-def _decode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: _decode_value(v) for k, v in kwargs.items()}
+    return model_kwargs_to_json(kwargs)
 
 
 def results_json(results: Sequence[TrainResult], meta: dict[str, Any], *, digits: Optional[int] = 5) -> str:
@@ -165,7 +146,7 @@ def load_results(
             if unknown:
                 raise ValueError(f"unknown fields {sorted(unknown)}")
             r["evals"] = [tuple(e) for e in r["evals"]]
-            r["model"] = _decode_model(r["model"])
+            r["model"] = model_kwargs_from_json(r["model"])
             r["config"]["betas"] = tuple(r["config"]["betas"])
             c = r["config"]
             r["lrs"] = [

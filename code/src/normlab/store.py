@@ -19,6 +19,7 @@ import sys
 import tempfile
 import types
 import warnings
+from enum import Enum
 from pathlib import Path, PurePath
 from typing import Any, Callable, Optional, Union
 
@@ -50,7 +51,7 @@ def _source_hash(root: str) -> str:
 
 def _tensor_key(t: torch.Tensor) -> dict[str, Any]:
     t = t.detach().cpu().contiguous()
-    raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
     return {"tensor": hashlib.sha256(raw).hexdigest()[:24], "dtype": str(t.dtype), "shape": list(t.shape)}
 
 
@@ -77,6 +78,8 @@ def value_key(value: Any, _seen: Optional[set[int]] = None) -> Any:
         return {"dtype": str(value)}
     if isinstance(value, PurePath):
         return {"path": str(value)}
+    if isinstance(value, Enum):
+        return {"enum": f"{type(value).__qualname__}.{value.name}"}
     if isinstance(value, nn.Module):
         state = {k: _tensor_key(v) for k, v in value.state_dict().items()}
         return {"nn.Module": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value),

@@ -24,9 +24,10 @@ from tqdm.auto import tqdm
 
 from . import checks
 from .data import Corpus, CorpusSpec, load_corpus
+from .record import TrainResult
 from .scale import get_device
 from .store import Unkeyable, atomic_write_text, callable_key, check_writable, job_key, set_aside, source_hash
-from .training import Probe, TrainConfig, TrainResult, check_job, run
+from .training import Probe, TrainConfig, check_job, run
 
 __all__ = ["run_many", "default_workers", "default_executor", "SweepError", "run_task", "run_group_task"]
 

@@ -1,4 +1,4 @@
-"""One training loop for every model config: AdamW, a schedule, probes, and divergence detection.
+"""One training loop for every model config: AdamW, a schedule, probes; `run` seeds and builds.
 
 A run that blows up ends with ``status="diverged"`` and a finite loss curve; it never raises.
 Probes observe without perturbing: a tracked and an untracked run with one seed are identical.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -18,31 +18,28 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import checks
-from .data import VOCAB_SIZE, Corpus, load_corpus
-from .model import TransformerLM, admin_init
+from .data import Corpus, load_corpus
+from .init import data_init_
+from .model import TransformerLM
 from .probes import attention_stats, layer_grad_stats, mode, model_update
+from .record import RunRecorder, TrainResult
 from .scale import get_device
 
 __all__ = [
     "SCHEDULES",
-    "OUTCOMES",
     "WEIGHT_DECAY_MODES",
     "lr_multiplier",
     "make_adamw",
     "TrainConfig",
-    "TrainResult",
     "train",
     "run",
-    "data_init_",
     "initial_model",
     "initial_val_loss",
-    "classify_outcome",
-    "divergence_ceiling",
     "check_job",
+    "call_probe",
 ]
 
 SCHEDULES = ("constant", "cosine", "inverse-sqrt", "wsd")
-OUTCOMES = ("trained", "stalled", "diverged")
 WEIGHT_DECAY_MODES = ("coupled", "independent")
 Probe = Callable[[TransformerLM, torch.Tensor, torch.Tensor], dict[str, Any]]
 
@@ -145,74 +142,6 @@ class TrainConfig:
         object.__setattr__(self, "betas", tuple(float(b) for b in betas))  # a list from JSON becomes the tuple again
 
 
-@dataclass
-class TrainResult:
-    """What a run recorded. Curves and logs hold finite values only; a diverged run stops at
-    ``diverged_at``.
-
-    ``logs`` has one record per log step: ``grad_norms`` (per block, the L2 norm of the gradient
-    over all the block's parameters), ``grad_l2`` and ``grad_l1_mean`` (per block, for the
-    parameter ``config["grad_param"]``), all taken before clipping; ``update_size``
-    (||delta theta|| / ||theta||); with tracking, per-layer ``max_logit`` and ``entropy`` (see
-    `probes.attention_stats`) and ``model_update``; and whatever the probe callback returned.
-    ``unigram_val`` is the loss of the training bytes' unigram model on the run's own validation
-    set: the level a model that learned only byte frequencies reaches. ``initial_val`` is the
-    model's own loss there before its first step (Wortsman et al.'s l0).
-    """
-
-    config: dict[str, Any]
-    model: dict[str, Any] = field(default_factory=dict)
-    status: str = "completed"  # or "diverged"
-    diverged_at: Optional[int] = None
-    losses: list[float] = field(default_factory=list)  # train loss per step
-    lrs: list[float] = field(default_factory=list)
-    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
-    logs: list[dict[str, Any]] = field(default_factory=list)  # probes at log steps
-    spikes: list[int] = field(default_factory=list)  # steps whose loss jumped (see TrainConfig)
-    unigram_val: Optional[float] = None
-    initial_val: Optional[float] = None  # the validation loss at initialisation, before step 1
-    final: dict[str, Any] = field(default_factory=dict)  # what run(final_probe=...) measured at the end
-    seconds: float = 0.0
-    trained_model: Optional[nn.Module] = field(default=None, repr=False, compare=False)  # run(keep_model=True)
-
-    @property
-    def final_val_loss(self) -> float:
-        """The last validation loss; nan for a diverged run (plot helpers mark it instead)."""
-        return self.evals[-1][1] if self.evals and self.status != "diverged" else float("nan")
-
-    @property
-    def spiked(self) -> bool:
-        return bool(self.spikes)
-
-
-class LossMonitor:
-    """Watches the training loss step by step and says when a run has diverged or spiked.
-
-    Diverged: a non-finite loss, or ``window`` losses in a row above max(ln V, the first loss):
-    worse than guessing uniformly and worse than at the start, for a sustained stretch. A spike: a
-    loss more than ``spike_threshold`` nats above the best 10-step mean so far.
-    """
-
-    def __init__(self, vocab_size: int, window: int = 20, spike_threshold: float = 1.0) -> None:
-        self.uniform, self.window, self.spike_threshold = math.log(vocab_size), window, spike_threshold
-        self.ceiling: Optional[float] = None
-        self.above, self.recent, self.best_mean = 0, [], math.inf
-        self.diverged = self.spiked = False
-
-    def update(self, loss: float) -> None:
-        """Take one step's loss; sets ``diverged`` (sticky) and ``spiked`` (this step only)."""
-        if not math.isfinite(loss):
-            self.diverged, self.spiked = True, False
-            return
-        self.ceiling = max(self.uniform, loss) if self.ceiling is None else self.ceiling
-        self.above = self.above + 1 if loss > self.ceiling else 0
-        self.diverged = self.diverged or self.above >= self.window
-        self.spiked = len(self.recent) == 10 and loss > self.best_mean + self.spike_threshold
-        self.recent = (self.recent + [loss])[-10:]
-        if len(self.recent) == 10:
-            self.best_mean = min(self.best_mean, sum(self.recent) / 10)
-
-
 def adamw_weight_decay(config: TrainConfig) -> float:
     """The ``weight_decay`` to hand torch's AdamW, which shrinks weights by lr_t * weight_decay per
     step: ``config.weight_decay`` when coupled, ``config.weight_decay / config.lr`` when independent
@@ -229,19 +158,6 @@ def make_adamw(param_groups: list[dict[str, Any]], config: TrainConfig) -> torch
         return torch.optim.AdamW([dict(g) for g in param_groups], fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):  # no fused kernel for this torch or device
         return torch.optim.AdamW([dict(g) for g in param_groups], **kwargs)
-
-
-def _finite(value: Any) -> bool:
-    """True when every number in ``value`` (a number, or nested lists/dicts of them) is finite."""
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_finite(v) for v in value)
-    if isinstance(value, torch.Tensor):
-        return bool(torch.isfinite(value).all())
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return True
 
 
 def _plain(value: Any) -> Any:
@@ -323,13 +239,9 @@ def train(
     result = TrainResult(config=asdict(config), unigram_val=corpus.unigram_loss(val_y.cpu()))
     initial = _val_loss(model, val_x, val_y)
     result.initial_val = initial if math.isfinite(initial) else None
-    watch = LossMonitor(corpus.vocab_size, config.diverge_window, config.spike_threshold)
+    rec = RunRecorder(result, config, corpus.vocab_size)
     start = time.perf_counter()
     bar = tqdm(range(1, config.steps + 1), disable=not progress, leave=False, desc="train")
-
-    def diverge(step: int) -> None:
-        result.status, result.diverged_at = "diverged", step
-
     for step in bar:
         lr = config.lr * lr_multiplier(
             config.schedule, step, warmup=config.warmup, total=config.steps,
@@ -341,12 +253,8 @@ def train(
         x, y = (t.to(device) for t in corpus.batch("train", config.batch_size, config.seq_len, gen))
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         value = float(loss.detach())
-        watch.update(value)
-        if not math.isfinite(value):
-            diverge(step)
+        if not rec.loss(step, value):
             break
-        if watch.spiked:
-            result.spikes.append(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if log_now:
@@ -357,10 +265,7 @@ def train(
         if config.clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), config.clip)
         opt.step()
-        result.losses.append(value)
-        result.lrs.append(lr)
-        if watch.diverged:
-            diverge(step)
+        if not rec.stepped(step, value, lr):
             break
         if log_now:
             delta = math.sqrt(sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(model.parameters(), before)))
@@ -372,46 +277,15 @@ def train(
                 record["model_update"] = model_update(model, model0, probe_x)
             if probe is not None:
                 record.update(call_probe(probe, model, probe_x, probe_y))
-            if not _finite(record):
-                diverge(step)
+            if not rec.log(step, record):
                 break
-            result.logs.append(record)
         if step % config.eval_every == 0 or step == config.steps:
             val = _val_loss(model, val_x, val_y)
-            if not math.isfinite(val):
-                diverge(step)
+            if not rec.evaluate(step, val):
                 break
-            result.evals.append((step, val))
             bar.set_postfix(loss=f"{value:.3f}", val=f"{val:.3f}")
     bar.close()
-    _diverged_by_the_end(result, corpus.vocab_size)
-    result.seconds = time.perf_counter() - start
-    return result
-
-
-def divergence_ceiling(result: TrainResult, vocab_size: int = 256) -> float:
-    """The validation loss above which a finished run counts as diverged: min(ln V, its own loss at
-    initialisation); a run that ends worse than guessing uniformly, or worse than it started, has
-    not trained, whatever its curve did on the way."""
-    ceiling = math.log(vocab_size)
-    return min(ceiling, result.initial_val) if result.initial_val is not None else ceiling
-
-
-def _diverged_by_the_end(result: TrainResult, vocab_size: int) -> None:
-    if result.status != "diverged" and result.evals and result.evals[-1][1] > divergence_ceiling(result, vocab_size):
-        result.status, result.diverged_at = "diverged", result.evals[-1][0]
-
-
-def data_init_(model: TransformerLM, corpus: Corpus, config: TrainConfig) -> None:
-    """The part of a model's init that needs data, done in place: Admin's profiling pass
-    (`admin_init`) when its blocks have Admin's omega; no other placement has such a part.
-
-    It reads the run's first training batch from a generator of its own, seeded as the run's, so
-    the batches the run trains on stay the same."""
-    if any(block.placement.shortcut_omega for block in model.blocks):
-        first = torch.Generator().manual_seed(config.seed)
-        x, _ = corpus.batch("train", config.batch_size, config.seq_len, first)
-        admin_init(model, x)
+    return rec.finish(time.perf_counter() - start)
 
 
 def initial_model(model_kwargs: dict[str, Any], config: TrainConfig, corpus: Corpus) -> TransformerLM:
@@ -481,25 +355,3 @@ def run(
     if keep_model:
         result.trained_model = model
     return result
-
-
-def classify_outcome(result: TrainResult, margin: float = 0.1) -> str:
-    """What became of a run, by what the words mean:
-
-    - ``diverged``: the loop stopped it (a non-finite value, or a training loss worse than uniform
-      guessing for ``diverge_window`` steps in a row), or it finished with a validation loss above
-      `divergence_ceiling`: worse than uniform guessing (ln V) or worse than its own start;
-    - ``stalled``: it finished, but its validation loss is no more than ``margin`` nats below
-      ``result.unigram_val``, the loss of byte frequencies alone on the same validation set (or
-      above it): it learned nothing a unigram model does not know;
-    - ``trained``: it finished more than ``margin`` nats below that level.
-
-    Whether the curve spiked on the way is a separate flag, ``result.spiked``.
-    """
-    if result.status == "diverged" or not result.evals:
-        return "diverged"
-    if result.evals[-1][1] > divergence_ceiling(result, VOCAB_SIZE):
-        return "diverged"  # a stored run from before the loop applied this rule itself
-    if result.unigram_val is None:
-        raise ValueError("this result has no unigram_val (it predates fixed validation sets); rerun it")
-    return "stalled" if result.final_val_loss > result.unigram_val - margin else "trained"
