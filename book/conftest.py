@@ -9,6 +9,7 @@ skipped or timed-out cell is not cached, so the build runs it (and fails too).
 
 from __future__ import annotations
 
+import fcntl
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,12 @@ def _cache(path: Path, outputs: dict[int, list], seconds: float) -> None:
             if out.output_type == "execute_result":
                 out.execution_count = count
     scale, base = run_key()
-    cache = get_cache(str(ROOT / "_build" / ".jupyter_cache" / f"{scale}-seed{base}"))
+    where = ROOT / "_build" / ".jupyter_cache" / f"{scale}-seed{base}"
+    where.mkdir(parents=True, exist_ok=True)
     bundle = CacheBundleIn(nb, str(path.resolve()), data={"execution_seconds": seconds})
-    cache.cache_notebook_bundle(bundle, check_validity=False, overwrite=True)
+    # pytest-xdist runs two chapters at once: one writer at a time on the cache's
+    # SQLite database.
+    with open(where.parent / f".{where.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = get_cache(str(where))
+        cache.cache_notebook_bundle(bundle, check_validity=False, overwrite=True)

@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 export NORMLAB_SCALE=ci OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 ruff check .
 ruff format --check .
-python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600
+# Two pytest workers (pytest-xdist), each test file (each chapter) whole on one of them: most of
+# the time goes to kernels that compute in-process on one thread, so two at once use both cores.
+python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -n 2 --dist loadfile --durations=25
 # nbval has just executed every chapter and handed each passing one to the build's execution cache
 # (book/conftest.py), so the strict build renders those outputs instead of executing them again; a
-# chapter that failed under nbval is executed (and fails) here too. Chapters run one at a time: their
-# sweeps already use both cores (run_many's worker processes).
+# chapter that failed under nbval is executed (and fails) here too.
 jupyter-book build -W -n --keep-going .
 python scripts/check_site.py

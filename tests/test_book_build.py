@@ -72,15 +72,15 @@ print(len(normlab.run_many(jobs, workers=2, desc="tiny sweep")), "runs")"""
 
 @pytest.mark.skipif(shutil.which("jupyter-book") is None, reason="jupyter-book is not installed")
 def test_a_sweep_reports_in_the_build_output_and_a_timeout_names_its_chapter_and_cell(tmp_path):
-    book = _tiny_book(tmp_path, [SWEEP_CELL, "import time\n\ntime.sleep(60)"])
-    log = _build(book, "ci", NORMLAB_CELL_TIMEOUT="15")
+    book = _tiny_book(tmp_path, [SWEEP_CELL, "import time\n\ntime.sleep(120)"])
+    log = _build(book, "ci", NORMLAB_CELL_TIMEOUT="40")
     # The sweep's progress reaches the terminal that runs the build ...
     assert "normlab: tiny sweep: 2 of 2 runs to train (0 from the store) on 2 worker processes" in log
     assert "normlab: tiny sweep: 2/2 runs finished in" in log
     # ... and one line says which chapter and cell hit the limit, and why.
     expected = (
         "normlab: book/ch failed in code cell 2 of 2 (`import time`): CellTimeoutError: it ran past the "
-        "15 s cell limit of the ci scale"
+        "40 s cell limit of the ci scale"
     )
     assert expected in log, log[-3000:]
     report = book / "_build" / "html" / "reports" / "book" / "ch.err.log"

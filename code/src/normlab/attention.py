@@ -128,8 +128,9 @@ class Attention(nn.Module):
         # see a single position (the first, under a causal mask) have no choice and are left out.
         count = allowed.sum(-1)
         plogp = torch.where(allowed & (attn > 0), attn * attn.log(), torch.zeros_like(attn))
-        rows = count > 1
-        entropy = (-plogp.sum(-1))[..., rows] / count[rows].log()
+        rows = (count > 1).to(attn.dtype)  # a weight, not a boolean index: no data-dependent shape, no sync
+        per_row = -plogp.sum(-1) / count.clamp(min=2).log()
+        entropy = (per_row * rows).sum(-1) / rows.sum()
         self.logit_stats = {
             # NaN or inf logits give a NaN or inf statistic, never an error: the caller decides.
             "max_logit": logits.abs().masked_fill(~allowed, 0.0).amax().detach(),
