@@ -79,7 +79,8 @@ def test_quick_run_smoke(tmp_path, capsys):
     bench.main(["--quick", "--out", str(out)])
     assert torch.get_num_threads() == threads  # the benchmark gives the process its thread count back
     printed = capsys.readouterr().out
-    assert "| ci (32, 5, 16 x 32) | 1 |" in printed and "model ratio" in printed and "step ratio" in printed
+    assert "| ci (32, 5, 16 x 32) | 1 |" in printed and "model ratio, fused AdamW" in printed
+    assert "fused AdamW gain: torch" in printed
 
     data = json.loads(out.read_text())
     assert {"provenance", "device", "repeats", "sizes", "matmul_ceiling", "steps", "cost", "sweep", "batched",
@@ -90,7 +91,8 @@ def test_quick_run_smoke(tmp_path, capsys):
 
     (row,) = data["steps"]
     assert (row["size"], row["threads"], row["d_model"], row["n_layers"]) == ("ci", 1, 32, 5)
-    assert set(row["models"]) == {"normlab", "normlab_train", "torch", "normlab_post"}
+    assert set(row["models"]) == {"normlab", "torch", "normlab_fused", "torch_fused", "normlab_post"}
+    assert set(row["fused_gain"]) == {"normlab", "torch"} and row["ratio_fused"] > 0
     assert len(row["models"]["normlab"]["seconds"]) == data["repeats"] == 3
     assert row["flops_per_step"] == bench.step_flops(32, 5, 16, 32)
     assert {(r["d_model"], r["n_layers"]) for r in data["cost"]} == {

@@ -65,7 +65,7 @@ def _bench_batched(corpus: Corpus, device: torch.device, steps: int, log: Callab
     if device.type != "cuda":
         return {"skipped": "train_batched is timed on CUDA only"}
     try:
-        from .batched import train_batched  # written separately; absent in older checkouts
+        from ..batched import train_batched
     except ImportError:
         return {"skipped": "normlab.batched is not available"}
     jobs = _sweep_jobs(max(BATCHED_KS), steps)
