@@ -156,6 +156,17 @@ def test_a_batched_group_that_fails_warns_and_trains_one_by_one(corpus, monkeypa
     assert [r.config["seed"] for r in results] == [2, 3]
 
 
+def test_a_job_that_cannot_be_batched_trains_as_a_single_run_without_a_warning(corpus, recwarn):
+    # Tracking the model update is per-run work that batching does not do: such a job is trained
+    # one by one straight away, beside the batched group of the others.
+    tracked = (TINY, dataclasses.replace(config(5), track_model_update=True))
+    jobs = [(TINY, config(0)), tracked, (TINY, config(1))]
+    results = run_many(jobs, corpus=corpus, workers=1, batched=True)
+    assert not [w for w in recwarn if "batched training" in str(w.message)]
+    alone = run_many([tracked], corpus=corpus, workers=1)[0]
+    assert results[1].losses == alone.losses and results[1].config["seed"] == 5
+
+
 def test_progress_goes_to_the_output_stream_with_runs_finished_of_runs_to_go(corpus, capfd, monkeypatch):
     import normlab.sweep as sweep
 

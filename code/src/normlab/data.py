@@ -92,7 +92,7 @@ class Corpus:
     def unigram_loss(self, targets: torch.Tensor) -> float:
         """Cross-entropy (nats/byte) of ``targets`` under the training bytes' frequencies (add-one
         smoothed): what a model that learned byte frequencies and nothing else scores on them."""
-        return float(-self._unigram_logp()[targets.long().flatten()].mean())
+        return float(-self._unigram_logp()[targets.long().flatten().cpu()].mean())
 
     def unigram_entropy(self) -> float:
         """Cross-entropy (nats/byte) of the validation bytes under the training bytes' frequencies

@@ -64,7 +64,7 @@ def ngram_logprobs(train: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dic
     ctx_total = torch.zeros(v * v, dtype=torch.double).index_add_(0, ctx, tri_counts)
     ctx_types = torch.zeros(v * v, dtype=torch.double).index_add_(0, ctx, torch.ones_like(tri_counts))
 
-    xl, yl = x.long(), y.long()
+    xl, yl = x.long().cpu(), y.long().cpu()  # the tables live on the CPU
     lp1 = p1.log()[yl]
     lp2 = p2[xl, yl].log()
     prev = torch.cat([xl[:, :1], xl[:, :-1]], dim=1)  # x[t - 1]; t = 0 is masked below

@@ -229,7 +229,7 @@ def attention_stats(model: TransformerLM, idx: torch.Tensor, *, train: bool = Fa
     attns = record_attention_logits(model, True)
     try:
         with mode(model, train):
-            model(idx)
+            model(idx.to(model.tok.weight.device))
     finally:
         record_attention_logits(model, False)
     return {

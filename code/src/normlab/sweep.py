@@ -367,7 +367,20 @@ def run_many(
 def _run_batched(jobs, todo, batchable, spec, pool, threads, finish) -> None:  # noqa: ANN001
     """Batched groups, in this process or one task per group on ``pool``; a group that fails is
     reported with its reason and trained one by one instead, so a failure names its own run."""
+    from .batched import _unbatchable
+
     groups = [[todo[g] for g in group] for group in batchable([jobs[i] for i in todo])]
+    # A job that cannot be batched (tracking, dropout) is trained as the single run it is, with no
+    # batched attempt (and no warning) first.
+    singles = [m[0] for m in groups if _unbatchable(*jobs[m[0]]) is not None]
+    groups = [m for m in groups if _unbatchable(*jobs[m[0]]) is None]
+    if pool is None:
+        for i in singles:
+            finish(i, *run_task(*jobs[i], spec, threads=torch.get_num_threads()))
+    else:
+        single_futures = {pool.submit(run_task, *jobs[i], spec, threads=threads): i for i in singles}
+        for future in cf.as_completed(single_futures):
+            finish(single_futures[future], *future.result())
 
     def fallback(members: list[int], why: str) -> None:
         warnings.warn(f"run_many: batched training of {len(members)} runs failed ({why}); training them one by one",

@@ -180,7 +180,8 @@ def _plain(value: Any) -> Any:
 def _isolated_rng(device: torch.device) -> Any:
     """A context in which random draws do not move the run's own random streams: a probe that
     samples (dropout in train mode) leaves the batches and masks of the run it measures alone."""
-    devices = [device.index or 0] if device.type == "cuda" else []
+    # Every CUDA device's stream, whatever the run's device: `initial_model` seeds them all.
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     return torch.random.fork_rng(devices=devices)
 
 
