@@ -75,3 +75,14 @@ def test_runs_and_sweeps_show_no_progress_bar_unless_asked(capsys):
     jobs = [(dict(d_model=16, n_heads=2, n_layers=1), normlab.TrainConfig(steps=2, batch_size=2, seq_len=8))]
     normlab.run_many(jobs, workers=1)
     assert capsys.readouterr().out == ""  # stdout is the page; the progress lines went to stderr
+
+
+def test_the_readmes_measured_numbers_are_the_stored_measurements():
+    """Every time and ratio the README states is written from book/_data by scripts/readme_numbers.py."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "readme_numbers.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count("<!-- generated: ") == 2
+    assert "557 s" not in readme and "530 s" not in readme  # the numbers of earlier books
