@@ -194,6 +194,19 @@ run_many(jobs, workers=2)  # hours of training; the test kills this process
 """
 
 
+def _session(_: int) -> int:
+    return os.getsid(0)
+
+
+@pytest.mark.skipif(not hasattr(os, "setsid"), reason="sessions are a POSIX notion")
+def test_default_workers_run_in_a_session_of_their_own():
+    # So that the scheduler gives them their own share under load, not a part of the kernel's.
+    from normlab.sweep import default_executor
+
+    sessions = set(default_executor(2).map(_session, range(4)))
+    assert os.getsid(0) not in sessions
+
+
 def test_workers_exit_when_their_parent_is_killed_mid_sweep(tmp_path):
     script = tmp_path / "sweep.py"
     script.write_text(WORKER_SCRIPT)
