@@ -1,5 +1,6 @@
 """The n-gram levels are the count models they say, checked against a count by hand on a tiny corpus."""
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -65,3 +66,37 @@ def test_the_levels_order_and_the_regimes_they_name():
     assert [levels.regime(v) for v in (9.0, levels.unigram, levels.bigram + 0.01, levels.bigram - 0.01,
                                        levels.trigram - 0.01)] == [
         "above unigram", "unigram", "bytes", "context", "beyond trigram"]  # fmt: skip
+
+
+def test_a_loss_figure_draws_the_three_levels_with_their_values():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from normlab import plot
+
+    levels = normlab.NgramLevels(unigram=3.04, bigram=2.37, trigram=1.79)
+    fig, ax = plt.subplots()
+    plot.ngram_lines(ax, levels)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["unigram level (3.04)", "bigram level (2.37)", "trigram level (1.79)"]
+    assert [line.get_ydata()[0] for line in ax.get_lines()] == [3.04, 2.37, 1.79]
+    plt.close(fig)
+
+
+def test_a_runs_regime_is_read_on_its_own_validation_windows():
+    corpus = normlab.load_corpus()
+    config = normlab.TrainConfig(steps=4, batch_size=4, seq_len=32, eval_every=4, seed=0)
+    result = normlab.run(dict(d_model=16, n_heads=2, n_layers=1, max_seq_len=32), config, corpus=corpus)
+    levels = ngram_levels(corpus, 32, config.eval_windows)
+    assert normlab.run_regime(result, corpus) == levels.regime(result.final_val_loss) == "above unigram"
+    assert normlab.run_regime(dataclasses.replace(result, status="diverged"), corpus) == "diverged"
+
+
+def test_each_regime_has_a_phrase_with_the_levels_it_lies_between():
+    levels = normlab.NgramLevels(unigram=3.04, bigram=2.37, trigram=1.79)
+    assert levels.describe(2.1).startswith("between the bigram (2.37) and trigram (1.79) levels")
+    assert levels.describe(2.5).startswith("between the unigram (3.04) and bigram (2.37) levels")
+    assert levels.describe(1.5).startswith("below the trigram level (1.79)")
+    assert levels.describe(float("nan")).startswith("above the unigram level")

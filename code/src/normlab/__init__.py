@@ -20,6 +20,7 @@ from . import (
     probes,
     record,
     reference,
+    replay,
     results,
     stats,
     store,
@@ -33,9 +34,11 @@ from .data import CORPUS_SHA256, STDLIB_FILES, VOCAB_SIZE, Corpus, CorpusSpec, l
 from .init import admin_init, data_init_, init_block_
 from .jacobian import layernorm_jacobian, rmsnorm_jacobian
 from .model import ACTIVATIONS, INIT_SCHEMES, MLP, Block, ModelConfig, TransformerLM
+from .ngram import NgramLevels, ngram_levels, run_regime
 from .norms import NORM_KINDS, DyT, RMSNorm
 from .probes import attention_stats, grad_norms, model_update, norm_input_scale, residual_norms
 from .record import OUTCOMES, TrainResult, classify_outcome, divergence_ceiling
+from .replay import Replay, replay_or_run
 from .scale import (
     SCALES,
     PerScale,
@@ -78,7 +81,8 @@ __version__ = "0.1.0"
 configure_threads()  # one torch thread unless OMP_NUM_THREADS or NORMLAB_THREADS says otherwise
 
 __all__ = [
-    "attention", "init", "model", "ngram", "norms", "reference", "timing", "variants",
+    "attention", "init", "model", "ngram", "norms", "reference", "replay", "timing", "variants",
+    "NgramLevels", "Replay", "ngram_levels", "replay_or_run", "run_regime",
     "batched", "checks", "claims", "record", "exercises", "interop", "plot", "probes", "results", "stats", "store",
     "sweep", "training", "CorpusSpec", "SweepError", "configure_threads", "default_store", "divergence_ceiling",
     "run_many", "Branch", "HEAD_SCALES", "ModelConfig", "Shortcut", "Wrap",

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .data import VOCAB_SIZE, Corpus
 
-__all__ = ["NgramLevels", "BIGRAM_ADD", "TRIGRAM_DISCOUNT", "ngram_levels", "ngram_logprobs"]
+if TYPE_CHECKING:
+    from .record import TrainResult
+
+__all__ = ["NgramLevels", "BIGRAM_ADD", "TRIGRAM_DISCOUNT", "ngram_levels", "ngram_logprobs", "run_regime"]
 
 BIGRAM_ADD = 0.1  # add-k smoothing of the bigram counts (add-0.1, as the benchmark review measured)
 TRIGRAM_DISCOUNT = 0.75  # absolute discount of interpolated trigram counts (Ney, Essen & Kneser 1994)
@@ -40,6 +44,18 @@ class NgramLevels:
         if loss >= self.bigram:
             return "bytes"
         return "context" if loss >= self.trigram else "beyond trigram"
+
+    def describe(self, loss: float) -> str:
+        """The regime of ``loss`` as a phrase for the text, with the levels it lies between."""
+        u, b, t = f"{self.unigram:.2f}", f"{self.bigram:.2f}", f"{self.trigram:.2f}"
+        return {
+            "above unigram": f"above the unigram level ({u}): not even byte frequencies",
+            "unigram": f"at the unigram level ({u}): byte frequencies and nothing more",
+            "bytes": f"between the unigram ({u}) and bigram ({b}) levels: which byte follows which, hardly more",
+            "context": f"between the bigram ({b}) and trigram ({t}) levels: more than the previous byte, less than "
+            "a table of the two previous bytes knows",
+            "beyond trigram": f"below the trigram level ({t}): more context than the two previous bytes",
+        }[self.regime(loss)]
 
 
 def _counts(ids: torch.Tensor, size: int) -> torch.Tensor:
@@ -92,3 +108,14 @@ def ngram_levels(corpus: Corpus, seq_len: int, n_windows: int) -> NgramLevels:
         lp = ngram_logprobs(corpus.train, x, y)
         cache[key] = NgramLevels(*(float(-lp[k].mean()) for k in ("unigram", "bigram", "trigram")))
     return cache[key]
+
+
+def run_regime(result: TrainResult, corpus: Corpus) -> str:
+    """The level a finished run's final validation loss reaches (`NgramLevels.regime`), on the
+    validation windows it was scored on; "diverged" for a run that diverged. Beside its outcome
+    (trained, stalled, diverged) this says what a trained run learned: byte frequencies, which
+    byte follows which, or context beyond the previous byte."""
+    if result.status == "diverged":
+        return "diverged"
+    levels = ngram_levels(corpus, result.config["seq_len"], result.config["eval_windows"])
+    return levels.regime(result.final_val_loss)

@@ -12,10 +12,12 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from .ngram import NgramLevels
 from .variants import LAYERWISE, Branch, Placement, Shortcut, placement, placements
 
 __all__ = [
-    "VARIANT_COLORS", "OUTCOME_MARKERS", "use_style", "color", "label", "band", "mark_diverged", "draw_block", "glue",
+    "VARIANT_COLORS", "OUTCOME_MARKERS", "use_style", "color", "label", "band", "mark_diverged", "ngram_lines",
+    "draw_block", "glue",
 ]  # fmt: skip
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
@@ -104,6 +106,20 @@ def mark_diverged(ax: Axes, x: float, y: float, variant: str) -> None:
     """A run that diverged ends in a cross at its last finite point, never in a NaN gap."""
     ax.plot([x], [y], marker=OUTCOME_MARKERS["diverged"], ms=9, mew=2, color=color(variant), ls="none")
     ax.annotate("diverged", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8, color=color(variant))
+
+
+# The n-gram levels: grey, dotted, one dash pattern each, so they never read as a variant's curve.
+_LEVEL_STYLE = {"unigram": (0.55, (1, 1)), "bigram": (0.4, (1, 2)), "trigram": (0.2, (1, 3))}
+
+
+def ngram_lines(ax: Axes, levels: NgramLevels, which: Sequence[str] = ("unigram", "bigram", "trigram")) -> None:
+    """The unigram, bigram and trigram levels (`normlab.ngram_levels`) as horizontal lines on a loss
+    axis, labelled in the legend: what a run's loss means, byte frequencies, the previous byte, or
+    more context than two bytes."""
+    for name in which:
+        grey, dashes = _LEVEL_STYLE[name]
+        value = getattr(levels, name)
+        ax.axhline(value, color=str(grey), ls=(0, dashes), lw=1.2, label=f"{name} level ({value:.2f})")
 
 
 # --------------------------------------------------------------------------------------------

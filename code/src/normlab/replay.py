@@ -1,0 +1,106 @@
+"""Stored sweeps replayed under a live check: a committed board loads in seconds, a few of its runs
+are trained again and must reproduce it, and a board that does not match is trained live instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence, Union
+
+from .data import Corpus, load_corpus
+from .record import TrainResult
+from .results import encode_model, load_results
+from .sweep import run_many
+from .training import TrainConfig
+
+__all__ = ["Replay", "replay_or_run"]
+
+
+@dataclass
+class Replay:
+    """What `replay_or_run` returns: the results, where they came from ("stored" or "live"), why,
+    the check's (job index, stored final loss, fresh final loss) triples, and the stored metadata."""
+
+    results: list[TrainResult]
+    source: str
+    why: str
+    checked: list[tuple[int, float, float]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def largest_difference(self) -> float:
+        """The largest |stored - fresh| final loss over the checked runs (0 when both diverged)."""
+        return max((_difference(a, b) for _, a, b in self.checked), default=math.nan)
+
+
+def _difference(stored: float, fresh: float) -> float:
+    if math.isnan(stored) and math.isnan(fresh):
+        return 0.0  # both diverged: the same outcome
+    return abs(stored - fresh)
+
+
+def _mismatch(jobs: Sequence[tuple[dict[str, Any], TrainConfig]], stored: list[TrainResult]) -> str:
+    """Why the stored runs are not these jobs ('' when they are, run for run, in order)."""
+    if len(stored) != len(jobs):
+        return f"it holds {len(stored)} runs, the sweep has {len(jobs)}"
+    for i, ((model_kwargs, config), result) in enumerate(zip(jobs, stored)):
+        if encode_model(model_kwargs) != encode_model(result.model):
+            return f"run {i}'s model differs ({result.model} stored, {model_kwargs} now)"
+        if dataclasses.asdict(config) != result.config:
+            now = dataclasses.asdict(config)
+            keys = sorted(k for k in set(now) | set(result.config) if now.get(k) != result.config.get(k))
+            return f"run {i}'s training config differs in {', '.join(keys)}"
+    return ""
+
+
+def _check_indices(check: Sequence[int], n: int) -> None:
+    if not check:
+        raise ValueError("check must name at least one job to train again (indices into jobs)")
+    bad = [i for i in check if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n]
+    if bad:
+        raise ValueError(f"check indices must be in [0, {n}), got {bad}")
+
+
+def replay_or_run(
+    path: Union[str, Path],
+    jobs: Sequence[tuple[dict[str, Any], TrainConfig]],
+    check: Union[Sequence[int], Callable[[list[TrainResult]], Sequence[int]]],
+    *,
+    corpus: Corpus | None = None,
+    tol: float = 0.02,
+    **sweep: Any,
+) -> Replay:
+    """The results of ``jobs`` from the results file at ``path`` (`save_results`), if it holds exactly
+    these runs in this order and the runs at indices ``check``, trained again now, end within ``tol``
+    nats of their stored final validation loss (or diverge as they did); otherwise all of ``jobs``
+    trained live, with the reason printed. ``check`` may be a function of the stored results that
+    returns the indices (to check each contestant where it trains stably, say at its best rate).
+    ``sweep`` goes to `run_many` (store, desc, workers, ...)."""
+    corpus = corpus or load_corpus()
+    path = Path(path)
+    if not callable(check):
+        _check_indices(check, len(jobs))
+    if not path.exists():
+        why = f"no stored results at {path}"
+    else:
+        try:
+            stored, meta = load_results(path, corpus)
+            why = _mismatch(jobs, stored)
+        except ValueError as error:
+            why = str(error)
+        if not why:
+            check = check(list(stored)) if callable(check) else check
+            _check_indices(check, len(jobs))
+            fresh = run_many([jobs[i] for i in check], corpus=corpus, **sweep)
+            checked = [(i, stored[i].final_val_loss, f.final_val_loss) for i, f in zip(check, fresh)]
+            worst = max(_difference(a, b) for _, a, b in checked)
+            if worst <= tol:
+                note = f"{len(check)} of its {len(jobs)} runs trained again: largest difference {worst:.2g} nats"
+                return Replay(list(stored), "stored", note, checked, meta)
+            why = f"it does not reproduce: {len(check)} runs trained again differ by up to {worst:.3g} nats (> {tol:g})"
+    print(f"normlab: {path.name}: {why}; training all {len(jobs)} runs live", file=sys.stderr)
+    return Replay(run_many(jobs, corpus=corpus, **sweep), "live", why)
