@@ -30,6 +30,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 logger = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[1]  # the repository: _ext/ sits in it
 CLAIM_KEY = "normlab_claim"  # normlab.claims.CLAIM_METADATA_KEY; the build need not import torch
 GENERATED = ("book/claims", "book/costs", "book/sources")
 SOURCE_NAMES = {"course notes": "the course notes", "explainer": "the explainer"}
@@ -156,6 +157,33 @@ def run_key() -> tuple[str, int]:
     return get_scale(), seed_base()
 
 
+# Files under book/_data that no chapter reads (the costs page and the README render them), so a
+# new measurement there does not make every chapter run again.
+NOT_CHAPTER_INPUTS = ("costs-", "bench-", "budget")
+
+
+def inputs_key() -> str:
+    """A short hash of what a chapter's outputs depend on besides its own code, which is all the
+    execution cache keys on: normlab's source and the stored results the chapters load. A change to
+    either gives a new cache, so a rebuild never shows outputs computed from an older package or
+    an older stored board."""
+    import hashlib
+
+    from normlab.store import source_hash
+
+    digest = hashlib.sha256(source_hash().encode())
+    for path in sorted((ROOT / "book" / "_data").glob("*.json")):
+        if not path.name.startswith(NOT_CHAPTER_INPUTS):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def cache_dir(root: Path) -> Path:
+    """The execution cache this build uses: one per scale, seed base and inputs (`inputs_key`)."""
+    scale, base = run_key()
+    return root / f"{scale}-seed{base}-{inputs_key()}"
+
+
 # The longest cell a chapter may run, per scale. A cpu build is long by design (a sweep cell takes
 # minutes on 2 cores, and a busy laptop doubles it); no measured cell comes within a third of these
 # on a 2x slower machine (the costs page has every chapter's time). NORMLAB_CELL_TIMEOUT overrides.
@@ -172,12 +200,11 @@ def cell_timeout(scale: str) -> int:
 
 
 def per_run_cache(app: Sphinx, config: Any) -> None:
-    """One execution cache per scale and seed base. Changing the path changes the configuration,
+    """One execution cache per scale, seed base and inputs. Changing the path changes the configuration,
     so Sphinx re-reads (and myst-nb re-executes or re-uses) every chapter when the key changes.
     The cell timeout follows the scale too (`CELL_TIMEOUT`)."""
-    scale, base = run_key()
-    root = Path(app.outdir).parent / ".jupyter_cache"
-    config.nb_execution_cache_path = str(root / f"{scale}-seed{base}")
+    scale, _ = run_key()
+    config.nb_execution_cache_path = str(cache_dir(Path(app.outdir).parent / ".jupyter_cache"))
     config.nb_execution_timeout = cell_timeout(scale)
 
 

@@ -56,7 +56,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def _cache(path: Path, outputs: dict[int, list], seconds: float) -> None:
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
-    from normlab_book import run_key
+    from normlab_book import cache_dir
 
     nb = nbformat.read(str(path), as_version=4)
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
@@ -68,8 +68,7 @@ def _cache(path: Path, outputs: dict[int, list], seconds: float) -> None:
         for out in cell.outputs:
             if out.output_type == "execute_result":
                 out.execution_count = count
-    scale, base = run_key()
-    where = ROOT / "_build" / ".jupyter_cache" / f"{scale}-seed{base}"
+    where = cache_dir(ROOT / "_build" / ".jupyter_cache")
     where.mkdir(parents=True, exist_ok=True)
     bundle = CacheBundleIn(nb, str(path.resolve()), data={"execution_seconds": seconds})
     # pytest-xdist runs two chapters at once: one writer at a time on the cache's

@@ -5,7 +5,8 @@
 writes book/_data/costs-<scale>.json, which the book's "What each chapter costs" page renders.
 Run it on the machine you want to describe (a GPU runtime for --scale gpu). With ``--from-build``
 it executes nothing and reads the times a cold build at that scale recorded in its execution cache
-(``_build/.jupyter_cache/<scale>-seed0``): one cold build then gives both the book and its costs.
+(``_build/.jupyter_cache/<scale>-seed0-<inputs>``, see ``_ext/normlab_book.py``): one cold build
+then gives both the book and its costs.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def main() -> None:
     if args.from_build:
         from jupyter_cache import get_cache
 
-        records = get_cache(str(ROOT / "_build" / ".jupyter_cache" / f"{args.scale}-seed0")).list_cache_records()
+        sys.path.insert(0, str(ROOT / "_ext"))
+        from normlab_book import cache_dir  # the cache this scale's build used (seed base 0)
+
+        os.environ.pop("NORMLAB_SEED_BASE", None)
+        records = get_cache(str(cache_dir(ROOT / "_build" / ".jupyter_cache"))).list_cache_records()
         timed = {Path(r.uri).resolve(): r.data.get("execution_seconds") for r in records}
         for doc in chapters():
             took = timed.get((ROOT / f"{doc}.ipynb").resolve())

@@ -86,3 +86,25 @@ def test_the_readmes_measured_numbers_are_the_stored_measurements():
     readme = (ROOT / "README.md").read_text()
     assert readme.count("<!-- generated: ") == 2
     assert "557 s" not in readme and "530 s" not in readme  # the numbers of earlier books
+
+
+def test_the_execution_cache_follows_normlab_and_the_stored_results_not_only_the_notebooks(monkeypatch, tmp_path):
+    """A chapter's cached outputs must not outlive the package or the stored board they came from."""
+    sys.path.insert(0, str(ROOT / "_ext"))
+    import normlab_book
+
+    data = tmp_path / "book" / "_data"
+    data.mkdir(parents=True)
+    (data / "leaderboard-cpu.json").write_text("{}")
+    (data / "costs-cpu.json").write_text("{}")
+    monkeypatch.setattr(normlab_book, "ROOT", tmp_path)
+    key = normlab_book.inputs_key()
+    (data / "costs-cpu.json").write_text('{"seconds": {}}')  # a new measurement: chapters unaffected
+    assert normlab_book.inputs_key() == key
+    (data / "leaderboard-cpu.json").write_text('{"meta": {}}')  # a new stored board: every chapter again
+    board_key = normlab_book.inputs_key()
+    assert board_key != key
+    monkeypatch.setattr("normlab.store.source_hash", lambda: "another normlab")  # an edited package: again
+    assert normlab_book.inputs_key() not in (key, board_key)
+    monkeypatch.setenv("NORMLAB_SCALE", "ci")
+    assert normlab_book.cache_dir(tmp_path).name == f"ci-seed0-{normlab_book.inputs_key()}"
