@@ -240,6 +240,8 @@ def report_failed_execution(app: Sphinx, docname: str) -> None:
 
     data = NbMetadataCollector.get_exec_data(app.env, docname)
     if not data or data.get("succeeded", True):
+        # A report left by an earlier, interrupted or failed build of this chapter is stale now.
+        (Path(app.outdir) / "reports" / f"{docname}.err.log").unlink(missing_ok=True)
         return
     scale, _ = run_key()
     source = nbformat.read(str(app.env.doc2path(docname)), as_version=4)
