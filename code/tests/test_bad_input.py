@@ -65,6 +65,7 @@ def test_unknown_schedule_and_bad_train_sizes():
         ({"betas": (0.9, 1.0)}, r"betas must be two numbers in \[0, 1\)"),
         ({"eps": 0.0}, r"eps must be a finite number in \(0, inf\)"),
         ({"weight_decay_mode": "decoupled"}, "coupled, independent"),
+        ({"weight_decay_on": "gains"}, "matrices, all"),
         ({"decay_fraction": 0.0, "schedule": "wsd"}, r"decay_fraction must be a finite number in \(0, 1\]"),
     ],
 )

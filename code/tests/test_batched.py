@@ -125,3 +125,10 @@ def test_an_unknown_logged_parameter_is_a_value_error(corpus):
     with pytest.raises(ValueError, match="unknown block parameter"):
         train_batched(TINY, [TrainConfig(**dict(SHAPE, grad_param="nope"))], corpus=corpus)
     assert train_batched(TINY, [], corpus=corpus) == []
+
+
+def test_weight_decay_on_every_parameter_matches_sequential(corpus):
+    """fairseq's convention (decay on norm gains and head scales too), batched as run trains it."""
+    model = dict(TINY, norm="normformer")
+    configs = [TrainConfig(**SHAPE, lr=3e-3, weight_decay=0.1, weight_decay_on="all", seed=s) for s in (0, 1)]
+    assert_matches_sequential(model, configs, corpus)

@@ -3,6 +3,7 @@ test (its numbers are checked for shape and sanity, never for speed)."""
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -128,3 +129,23 @@ def test_time_interleaved_refuses_bad_counts():
         bench.time_interleaved({"a": lambda: None}, torch.device("cpu"), repeats=0)
     with pytest.raises(ValueError, match="per_block >= 1"):
         bench.time_interleaved({"a": lambda: None}, torch.device("cpu"), repeats=1, per_block=0)
+
+
+def test_the_thread_clock_counts_this_threads_cpu_time_and_refuses_where_it_cannot():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        busy = {"sleep": lambda: time.sleep(0.02), "work": lambda: sum(range(200_000))}
+        wall, _ = bench.time_interleaved(busy, torch.device("cpu"), repeats=2, warmup=0, per_block=1)
+        cpu, _ = bench.time_interleaved(busy, torch.device("cpu"), repeats=2, warmup=0, per_block=1, clock="thread")
+        assert min(wall["sleep"]) >= 0.02 and max(cpu["sleep"]) < 0.005  # waiting is not work
+        assert min(cpu["work"]) > 0
+        with pytest.raises(ValueError, match="wall, thread"):
+            bench.time_interleaved(busy, torch.device("cpu"), repeats=1, clock="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    if threads != 1:
+        with pytest.raises(ValueError, match="one torch"):
+            bench.time_interleaved(busy, torch.device("cpu"), repeats=1, clock="thread")
+    with pytest.raises(ValueError, match="one torch"):
+        bench.time_interleaved({"a": lambda: None}, torch.device("meta"), repeats=1, clock="thread")

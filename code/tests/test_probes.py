@@ -1,5 +1,6 @@
 """The probes measure what the theory chapters say they measure."""
 
+import pytest
 import torch
 
 import normlab
@@ -53,3 +54,24 @@ def test_max_activations_finds_a_planted_massive_activation():
         hook.remove()
     assert float(stats["max"][2]) == 1e4 and int(stats["position"][2]) == 5 and int(stats["channel"][2]) == 7
     assert float(stats["ratio"][2]) > 1e3 and float(stats["ratio"][1]) < 1e2  # x_2 only; x_1 untouched
+
+
+def test_ffn_gradient_factors_split_normformers_statistic_and_measure_the_step():
+    """mean |dL/dW_2| is the training loop's statistic; the FFN LN gives W_2 a unit-scale input;
+    the weights' movement is reported from the second call on, and the model's .grad is untouched."""
+    torch.manual_seed(0)
+    model = TransformerLM(256, 32, 4, 3, norm="normformer", init="xavier", max_seq_len=16)
+    x = torch.randint(0, 256, (4, 16))
+    first = normlab.probes.ffn_gradient_factors(model, x, x)
+    assert all(p.grad is None for p in model.parameters())
+    assert set(first) == {"h_rms", "delta_rms", "grad_w1", "grad_w2", "grad_block", "grad_stream"}
+    assert all(len(v) == 3 and min(v) > 0 for v in first.values())
+    torch.testing.assert_close(torch.tensor(first["grad_w2"]), grad_norms(model, x, x, stat="l1_mean"))
+    torch.testing.assert_close(torch.tensor(first["h_rms"]), torch.ones(3), atol=1e-3, rtol=0)
+    unmoved = normlab.probes.ffn_gradient_factors(model, x, x)
+    assert unmoved["update_w2"] == [0.0] * 3 and unmoved["update_block"] == [0.0] * 3
+    with torch.no_grad():
+        model.blocks[1].mlp.fc2.weight.mul_(1.1)  # W_2 of block 1 moves by a tenth of its size
+    moved = normlab.probes.ffn_gradient_factors(model, x, x)
+    assert moved["update_w2"][1] == pytest.approx(0.1, rel=1e-4) and moved["update_w2"][0] == 0.0
+    assert 0 < moved["update_block"][1] < 0.1 and moved["update_block"][2] == 0.0

@@ -80,3 +80,16 @@ def test_the_check_can_be_chosen_from_the_stored_results(board, corpus):
         path, JOBS, lambda stored: [min(range(3), key=lambda i: stored[i].final_val_loss)], corpus=corpus, workers=1
     )
     assert replay.source == "stored" and [i for i, _, _ in replay.checked] == [best]
+
+
+def test_a_config_field_added_after_the_board_was_stored_matches_at_its_default(board, corpus):
+    """A board stored before TrainConfig gained weight_decay_on was trained under its default."""
+    path, _ = board
+    payload = json.loads(path.read_text())
+    for r in payload["results"]:
+        del r["config"]["weight_decay_on"]
+    path.write_text(json.dumps(payload))
+    assert normlab.replay_or_run(path, JOBS, check=[0], corpus=corpus, workers=1).source == "stored"
+    other = [(TINY, dataclasses.replace(c, weight_decay_on="all")) for _, c in JOBS]
+    replay = normlab.replay_or_run(path, other, check=[0], corpus=corpus, workers=1)
+    assert replay.source == "live" and "differs in weight_decay_on" in replay.why

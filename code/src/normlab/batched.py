@@ -25,7 +25,8 @@ from .training import TrainConfig, _isolated_rng, adamw_weight_decay, initial_mo
 __all__ = ["SHARED_FIELDS", "train_batched", "batchable"]
 
 # One value for the whole batch: they fix the tensors' shapes and when the loop logs and evaluates.
-SHARED_FIELDS = ("steps", "batch_size", "seq_len", "eval_every", "eval_windows", "log_every", "grad_param")
+SHARED_FIELDS = ("steps", "batch_size", "seq_len", "eval_every", "eval_windows", "log_every", "grad_param",
+                 "weight_decay_on")  # fmt: skip
 _TRACKING = ("track_attention", "track_model_update")
 _DROPOUTS = ("dropout", "attn_dropout")
 # functorch has no batching rule for SDPA on the CPU and loops over the runs instead: correct, only slower.
@@ -139,7 +140,7 @@ def train_batched(
     # Per-run optimiser constants. torch.optim.AdamW gets weight_decay only for params with dim >= 2;
     # a stacked tensor has one dim more.
     wds = [adamw_weight_decay(c) for c in configs]
-    decays = {name: p.dim() - 1 >= 2 for name, p in params.items()}
+    decays = {name: p.dim() - 1 >= 2 or configs[0].weight_decay_on == "all" for name, p in params.items()}
     clips = [c.clip for c in configs]
     exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
     exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}

@@ -1,5 +1,5 @@
-"""Measurements on a model at a moment: gradients per layer, residual-stream norms, attention-logit
-statistics, norm-input scales, and how far a trained model's output has moved from its initial one.
+"""Measurements on a model at a moment: gradients per layer (and the factors of NormFormer's statistic),
+residual-stream norms, attention-logit statistics, norm-input scales, and how far a model has moved.
 
 Every probe runs in a stated mode (``train=False``, eval mode, by default: no dropout mask is
 sampled, so a measurement is a function of the weights) and leaves the model's modes as it found them.
@@ -34,6 +34,7 @@ __all__ = [
     "record_attention_logits",
     "attention_stats",
     "model_update",
+    "ffn_gradient_factors",
 ]
 
 GRAD_STATS = ("l2", "l1_mean")
@@ -245,3 +246,70 @@ def model_update(model: TransformerLM, model0: TransformerLM, idx: torch.Tensor)
     with mode(model, False), mode(model0, False):
         h, h0 = model.hidden(idx), model0.hidden(idx)
     return float((h - h0).norm() / h0.norm())
+
+
+def ffn_gradient_factors(model: TransformerLM, x: torch.Tensor, y: torch.Tensor) -> dict[str, list[float]]:
+    """Per block, input side first, what NormFormer's statistic mean |dL/dW_2| is made of and what
+    arrives at the block, from its own forward and backward on (x, y) in eval mode (the model's
+    ``.grad`` untouched). dL/dW_2 = sum_t delta_t h_t^T, so the statistic scales with both factors:
+
+    ``h_rms`` (W_2's input h) and ``delta_rms`` (the gradient at W_2's output, which is the
+    gradient at the block's output: the FFN branch adds to the stream); ``grad_w1`` and ``grad_w2``
+    (mean |dL/dW| of the FFN's two matrices); ``grad_block`` (L2 over all the block's parameters);
+    ``grad_stream`` (rms of dL/dx_l at the block's input). And, from the second call on, how far
+    the weights moved since the previous call relative to their size: ``update_w2``, ``update_block``
+    (the previous weights ride on the model as a plain attribute, so each run keeps its own).
+    A probe for `run` and `run_many` (``probe=``)."""
+    blocks = list(model.blocks)
+    seen: dict[str, list[torch.Tensor]] = {"x": [], "h": [], "out": []}
+    hooks = [b.register_forward_pre_hook(lambda m, args: seen["x"].append(args[0])) for b in blocks]
+
+    def at_w2(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        seen["h"].append(args[0])  # returning None keeps the output
+        seen["out"].append(out)
+
+    hooks += [b.mlp.fc2.register_forward_hook(at_w2) for b in blocks]
+    params = [list(b.parameters()) for b in blocks]
+    try:
+        with mode(model, False), torch.enable_grad():
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            flat = [p for ps in params for p in ps]
+            grads = torch.autograd.grad(loss, seen["x"] + seen["out"] + flat, allow_unused=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    n = len(blocks)
+    g_x, g_out, g_params = grads[:n], grads[n : 2 * n], grads[2 * n :]
+    by_param = {id(p): g for p, g in zip(flat, g_params)}
+
+    def rms(t: torch.Tensor) -> float:
+        return float(t.detach().pow(2).mean().sqrt())
+
+    def l1_mean(p: torch.Tensor) -> float:
+        g = by_param[id(p)]
+        return 0.0 if g is None else float(g.abs().mean())
+
+    out: dict[str, list[float]] = {
+        "h_rms": [rms(h) for h in seen["h"]],
+        "delta_rms": [rms(g) for g in g_out],
+        "grad_w1": [l1_mean(b.mlp.fc1.weight) for b in blocks],
+        "grad_w2": [l1_mean(b.mlp.fc2.weight) for b in blocks],
+        "grad_block": [
+            math.sqrt(sum(float(by_param[id(p)].pow(2).sum()) for p in ps if by_param[id(p)] is not None))
+            for ps in params
+        ],  # fmt: skip
+        "grad_stream": [rms(g) for g in g_x],
+    }
+    now = [[p.detach().clone() for p in ps] for ps in params]
+    prev = getattr(model, "_normlab_factors_prev", None)
+    if prev is not None:
+
+        def moved(new: list[torch.Tensor], old: list[torch.Tensor]) -> float:
+            num = sum(float((a - b).pow(2).sum()) for a, b in zip(new, old))
+            return math.sqrt(num / max(sum(float(b.pow(2).sum()) for b in old), 1e-30))
+
+        w2 = [[i for i, p in enumerate(ps) if p is b.mlp.fc2.weight][0] for ps, b in zip(params, blocks)]
+        out["update_w2"] = [moved([a[i]], [b[i]]) for a, b, i in zip(now, prev, w2)]
+        out["update_block"] = [moved(a, b) for a, b in zip(now, prev)]
+    model._normlab_factors_prev = now  # a plain attribute: not a parameter, buffer or state_dict entry
+    return out

@@ -50,11 +50,19 @@ def _mismatch(jobs: Sequence[tuple[dict[str, Any], TrainConfig]], stored: list[T
     for i, ((model_kwargs, config), result) in enumerate(zip(jobs, stored)):
         if encode_model(model_kwargs) != encode_model(result.model):
             return f"run {i}'s model differs ({result.model} stored, {model_kwargs} now)"
-        if dataclasses.asdict(config) != result.config:
-            now = dataclasses.asdict(config)
+        if _config_of(config, result.config) != result.config:
+            now = _config_of(config, result.config)
             keys = sorted(k for k in set(now) | set(result.config) if now.get(k) != result.config.get(k))
             return f"run {i}'s training config differs in {', '.join(keys)}"
     return ""
+
+
+def _config_of(config: TrainConfig, stored: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as a stored run's config reads: a field added to TrainConfig after the run was
+    stored, at its default value, is left out, since the run was trained under that default."""
+    now = dataclasses.asdict(config)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    return {k: v for k, v in now.items() if k in stored or v != defaults[k]}
 
 
 def _check_indices(check: Sequence[int], n: int) -> None:

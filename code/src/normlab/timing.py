@@ -14,7 +14,9 @@ from torch import nn
 
 from .training import TrainConfig, make_adamw
 
-__all__ = ["make_train_step", "time_interleaved", "sync"]
+__all__ = ["make_train_step", "time_interleaved", "sync", "CLOCKS"]
+
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
 def sync(device: torch.device) -> None:
@@ -46,13 +48,27 @@ def time_interleaved(
     warmup: int = 3,
     min_seconds: float = 0.05,
     per_block: Optional[int] = None,
+    clock: str = "wall",
 ) -> tuple[dict[str, list[float]], dict[str, int]]:
     """Seconds per call of each function (say, one training step each), one block of calls per
     function per repeat, the order reversed on every other repeat, so drift (thermal, a neighbour's
     load) falls on every function alike; on a GPU the clock waits for the kernels. A block is
     ``per_block`` calls, or when None as many as last about ``min_seconds``. Returns the seconds per
     call of every block, per function, and the calls per block. Other processes only ever add time
-    to a block, so the fastest block is the least disturbed (the rule of Python's ``timeit``)."""
+    to a block, so the fastest block is the least disturbed (the rule of Python's ``timeit``).
+
+    ``clock="wall"`` times with ``time.perf_counter``; ``clock="thread"`` with ``time.thread_time``,
+    the CPU time of the calling thread, which does not run while the scheduler hands the core to
+    another process: on a busy machine it measures the work, where the wall clock measures the
+    queue. It counts no other thread, so it needs the CPU and one torch thread."""
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}; valid choices: {', '.join(CLOCKS)}")
+    if clock == "thread" and (device.type != "cpu" or torch.get_num_threads() != 1):
+        raise ValueError(
+            "clock='thread' counts only the calling thread's CPU time: use it on the CPU with one torch "
+            f"thread (device {device.type}, torch.get_num_threads() = {torch.get_num_threads()})"
+        )
+    now = CLOCKS[clock]
     if repeats < 1 or warmup < 0 or (per_block is not None and per_block < 1):
         raise ValueError(
             f"need repeats >= 1, warmup >= 0 and per_block >= 1 or None; got {repeats}, {warmup}, {per_block}"
@@ -78,9 +94,9 @@ def time_interleaved(
         for name in names if r % 2 == 0 else reversed(names):
             fn, count = fns[name], counts[name]
             sync(device)
-            t0 = time.perf_counter()
+            t0 = now()
             for _ in range(count):
                 fn()
             sync(device)
-            times[name].append((time.perf_counter() - t0) / count)
+            times[name].append((now() - t0) / count)
     return times, counts

@@ -41,6 +41,9 @@ __all__ = [
 
 SCHEDULES = ("constant", "cosine", "inverse-sqrt", "wsd")
 WEIGHT_DECAY_MODES = ("coupled", "independent")
+# "matrices": weight decay on tensors of two or more dimensions only (nanoGPT, most LLM recipes);
+# "all": on every parameter, norm gains and biases too, as fairseq's Adam applies --weight-decay.
+WEIGHT_DECAY_ON = ("matrices", "all")
 Probe = Callable[[TransformerLM, torch.Tensor, torch.Tensor], dict[str, Any]]
 
 
@@ -82,7 +85,9 @@ class TrainConfig:
 
     Weight decay: ``"coupled"`` is torch's AdamW (each step shrinks weights by lr_t * weight_decay,
     so an LR sweep also sweeps the decay); ``"independent"`` shrinks them by weight_decay * lr_t /
-    lr, following the schedule but not the peak rate (Wortsman et al. 2023, 2309.14322).
+    lr, following the schedule but not the peak rate (Wortsman et al. 2023, 2309.14322). It
+    applies to tensors of two or more dimensions (``weight_decay_on="matrices"``) or to every
+    parameter, norm gains and biases included (``"all"``, fairseq's convention).
     """
 
     steps: int = 300
@@ -97,6 +102,7 @@ class TrainConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     weight_decay_mode: str = "coupled"
+    weight_decay_on: str = "matrices"
     clip: Optional[float] = None
     seed: int = 0
     eval_every: int = 50
@@ -132,6 +138,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {betas!r}")
         checks.number("TrainConfig.weight_decay", self.weight_decay, low=0.0)
         checks.choice("weight_decay_mode", self.weight_decay_mode, WEIGHT_DECAY_MODES)
+        checks.choice("weight_decay_on", self.weight_decay_on, WEIGHT_DECAY_ON)
         if self.clip is not None:
             # clip <= 0 is no clipping at all: 0 zeroes every gradient and a negative norm reverses it.
             checks.number("TrainConfig.clip (None for no clipping)", self.clip, low=0.0, low_open=True)
@@ -232,8 +239,8 @@ def train(
     gen = torch.Generator().manual_seed(config.seed)
     val_x, val_y = (t.to(device) for t in corpus.eval_set(config.seq_len, config.eval_windows))
     probe_x, probe_y = val_x[: config.batch_size], val_y[: config.batch_size]
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    decay = [p for p in model.parameters() if p.dim() >= 2 or config.weight_decay_on == "all"]
+    no_decay = [p for p in model.parameters() if p.dim() < 2 and config.weight_decay_on != "all"]
     wd = adamw_weight_decay(config)
     opt = make_adamw([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}], config)
     model0 = copy.deepcopy(model) if config.track_model_update else None
