@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# The stored cpu boards, made again: chapter 4's warmup grid and chapter 9's leaderboard, each
-# trained live at the cpu scale by its own chapter and saved with its provenance (the chapters'
-# maintainer cells, NORMLAB_RESULTS_DIR), then copied to book/_data/. Run it from a clean checkout
-# (the provenance records the revision and whether normlab's source had uncommitted changes);
-# about 7 and 12 minutes on 2 quiet cores.
+# The stored boards, made again: each chapter named (default: chapter 4's warmup grid, chapter 7's
+# sweep and chapter 9's leaderboard) trained live by its own notebook at each scale in
+# NORMLAB_BOARD_SCALES (default "ci cpu"), seed base 0, and saved with its provenance (the
+# chapters' maintainer cells, NORMLAB_RESULTS_DIR), then copied to book/_data/. Run it from a clean
+# checkout (the provenance records the revision and whether normlab's source had uncommitted
+# changes). Usage: scripts/make_boards.sh [chapter ...], e.g. scripts/make_boards.sh 07_normformer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
-unset NORMLAB_STORE  # every run trained now, none loaded
-for chapter in 04_warmup 09_leaderboard; do
-    NORMLAB_SCALE=cpu NORMLAB_RESULTS_DIR="$out" OMP_NUM_THREADS=1 jupyter nbconvert --to notebook --execute \
-        --ExecutePreprocessor.timeout=3600 --output-dir "$out" "book/$chapter.ipynb"
+unset NORMLAB_STORE NORMLAB_SEED_BASE  # every run trained now, none loaded; the seeds CI uses
+chapters=("$@")
+[ ${#chapters[@]} -gt 0 ] || chapters=(04_warmup 07_normformer 09_leaderboard)
+for scale in ${NORMLAB_BOARD_SCALES:-ci cpu}; do
+    for chapter in "${chapters[@]}"; do
+        start=$(date +%s)
+        mkdir -p "$out/$scale"
+        NORMLAB_SCALE=$scale NORMLAB_RESULTS_DIR="$out/$scale" OMP_NUM_THREADS=1 jupyter nbconvert --to notebook \
+            --execute --ExecutePreprocessor.timeout=3600 --output-dir "$out/$scale" "book/$chapter.ipynb" >/dev/null
+        echo "make_boards: $chapter at $scale: $(( $(date +%s) - start )) s"
+    done
+    cp "$out/$scale"/*.json book/_data/
 done
-cp "$out"/warmup-grid-cpu.json "$out"/leaderboard-cpu.json book/_data/
-echo "make_boards: book/_data/warmup-grid-cpu.json and leaderboard-cpu.json written (work files in $out)"
+ls -l book/_data/
+echo "make_boards: boards written to book/_data/ (work files in $out)"

@@ -93,3 +93,25 @@ def test_a_config_field_added_after_the_board_was_stored_matches_at_its_default(
     other = [(TINY, dataclasses.replace(c, weight_decay_on="all")) for _, c in JOBS]
     replay = normlab.replay_or_run(path, other, check=[0], corpus=corpus, workers=1)
     assert replay.source == "live" and "differs in weight_decay_on" in replay.why
+
+
+def test_a_chapters_sweep_is_its_stored_board_at_this_scale_or_live(board, corpus, tmp_path, monkeypatch):
+    path, trained = board
+    monkeypatch.chdir(tmp_path)  # chapters run beside their _data/
+    monkeypatch.setenv("NORMLAB_SCALE", "ci")
+    monkeypatch.delenv("NORMLAB_RESULTS_DIR", raising=False)
+    live = normlab.stored_sweep("grid", JOBS, [0], corpus=corpus, workers=1)
+    assert live.source == "live" and "no stored board for the ci scale" in live.why
+    (tmp_path / "_data").mkdir()
+    path.rename(tmp_path / "_data" / "grid-ci.json")
+    assert normlab.stored_sweep("grid", JOBS, [0], corpus=corpus, workers=1).source == "stored"
+    monkeypatch.setenv("NORMLAB_SCALE", "cpu")  # another scale's board is not this one
+    assert normlab.stored_sweep("grid", JOBS, [0], corpus=corpus, workers=1).source == "live"
+    monkeypatch.setenv("NORMLAB_SCALE", "ci")
+    monkeypatch.setenv("NORMLAB_RESULTS_DIR", str(tmp_path / "out"))  # a maintainer making boards
+    made = normlab.stored_sweep("grid", JOBS, [0], corpus=corpus, workers=1)
+    assert made.source == "live" and "to be stored" in made.why
+    saved = normlab.save_sweep("grid", made.results, {"provenance": provenance(corpus)})
+    assert saved == tmp_path / "out" / "grid-ci.json" and saved.exists()
+    monkeypatch.delenv("NORMLAB_RESULTS_DIR")
+    assert normlab.save_sweep("grid", made.results, {}) is None

@@ -38,7 +38,7 @@ from .ngram import NgramLevels, ngram_levels, run_regime
 from .norms import NORM_KINDS, DyT, RMSNorm
 from .probes import attention_stats, grad_norms, model_update, norm_input_scale, residual_norms
 from .record import OUTCOMES, TrainResult, classify_outcome, divergence_ceiling
-from .replay import Replay, replay_or_run
+from .replay import Replay, replay_or_run, save_sweep, stored_sweep
 from .scale import (
     SCALES,
     PerScale,
@@ -82,7 +82,7 @@ configure_threads()  # one torch thread unless OMP_NUM_THREADS or NORMLAB_THREAD
 
 __all__ = [
     "attention", "init", "model", "ngram", "norms", "reference", "replay", "timing", "variants",
-    "NgramLevels", "Replay", "ngram_levels", "replay_or_run", "run_regime",
+    "NgramLevels", "Replay", "ngram_levels", "replay_or_run", "run_regime", "save_sweep", "stored_sweep",
     "batched", "checks", "claims", "record", "exercises", "interop", "plot", "probes", "results", "stats", "store",
     "sweep", "training", "CorpusSpec", "SweepError", "configure_threads", "default_store", "divergence_ceiling",
     "run_many", "Branch", "HEAD_SCALES", "ModelConfig", "Shortcut", "Wrap",

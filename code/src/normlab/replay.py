@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +14,17 @@ from typing import Any, Callable, Sequence, Union
 
 from .data import Corpus, load_corpus
 from .record import TrainResult
-from .results import encode_model, load_results
+from .results import encode_model, load_results, save_results
+from .scale import get_scale
 from .sweep import run_many
 from .training import TrainConfig
 
-__all__ = ["Replay", "replay_or_run"]
+__all__ = ["Replay", "replay_or_run", "stored_sweep", "save_sweep", "board_path"]
+
+# A chapter's stored boards sit beside it: book/_data/<name>-<scale>.json (chapters run in book/).
+BOARD_DIR = Path("_data")
+# Set by a maintainer making the boards (scripts/make_boards.sh): train live and save there.
+RESULTS_DIR_VAR = "NORMLAB_RESULTS_DIR"
 
 
 @dataclass
@@ -112,3 +119,44 @@ def replay_or_run(
             why = f"it does not reproduce: {len(check)} runs trained again differ by up to {worst:.3g} nats (> {tol:g})"
     print(f"normlab: {path.name}: {why}; training all {len(jobs)} runs live", file=sys.stderr)
     return Replay(run_many(jobs, corpus=corpus, **sweep), "live", why)
+
+
+def board_path(name: str, scale: str | None = None) -> Path:
+    """Where a chapter's stored board ``name`` for ``scale`` (default: the current one) lives."""
+    return BOARD_DIR / f"{name}-{scale or get_scale()}.json"
+
+
+def stored_sweep(
+    name: str,
+    jobs: Sequence[tuple[dict[str, Any], TrainConfig]],
+    check: Union[Sequence[int], Callable[[list[TrainResult]], Sequence[int]]],
+    *,
+    corpus: Corpus | None = None,
+    tol: float = 0.02,
+    **sweep: Any,
+) -> Replay:
+    """A chapter's sweep: its stored board at this scale (`board_path`), replayed under the live
+    check of `replay_or_run` when the board holds exactly these runs, else trained live, with the
+    reason. With NORMLAB_RESULTS_DIR set (a maintainer making the boards) it always trains live."""
+    desc = sweep.pop("desc", name)
+    if os.environ.get(RESULTS_DIR_VAR):
+        why = f"trained now, to be stored ({RESULTS_DIR_VAR} is set)"
+        return Replay(run_many(jobs, corpus=corpus, desc=desc, **sweep), "live", why)
+    path = board_path(name)
+    if not path.exists():
+        why = f"trained now: no stored board for the {get_scale()} scale"
+        return Replay(run_many(jobs, corpus=corpus, desc=desc, **sweep), "live", why)
+    return replay_or_run(path, jobs, check, corpus=corpus, tol=tol, desc=f"{desc}, checked", **sweep)
+
+
+def save_sweep(name: str, results: Sequence[TrainResult], meta: dict[str, Any]) -> Path | None:
+    """Save ``results`` (with ``meta``: provenance and what the chapter needs to read them back) as
+    the board ``name`` at this scale in NORMLAB_RESULTS_DIR, if set; returns the path, or None."""
+    out = os.environ.get(RESULTS_DIR_VAR)
+    if not out:
+        return None
+    path = Path(out) / board_path(name).name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_results(path, list(results), meta)
+    print(f"saved {path}")
+    return path
