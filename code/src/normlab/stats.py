@@ -1,13 +1,17 @@
-"""Small statistics the chapters assert with: rank correlation, log-log slopes and Wortsman et al.'s
-learning-rate sensitivity, in NumPy."""
+"""Small statistics the chapters assert with: rank correlation, log-log slopes, paired seed
+differences and Wortsman et al.'s learning-rate sensitivity, in NumPy."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["spearman", "loglog_slope", "geometric_mean", "lr_sensitivity_terms", "lr_sensitivity"]
+__all__ = [
+    "spearman", "loglog_slope", "geometric_mean", "lr_sensitivity_terms", "lr_sensitivity",
+    "Paired", "paired_difference",
+]  # fmt: skip
 
 
 def _ranks(a: np.ndarray) -> np.ndarray:
@@ -65,3 +69,41 @@ def lr_sensitivity(final_losses: Sequence[float], initial_loss: float) -> float:
     final loss is, on average over the sweep's rates, from the sweep's best. 0 when every rate reaches
     the best loss; relative to the model's own best, so read it next to that best."""
     return float(lr_sensitivity_terms(final_losses, initial_loss).mean())
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Seed-by-seed differences a - b (``diffs``, the pairs where both are finite), their ``mean``
+    and its standard error ``se`` (sample SD / sqrt n; nan under two pairs); ``dropped`` counts the
+    pairs left out because a run diverged."""
+
+    diffs: np.ndarray
+    mean: float
+    se: float
+    dropped: int
+
+    @property
+    def resolved(self) -> bool:
+        """The mean lies more than two standard errors from 0 (False when se is nan)."""
+        return bool(abs(self.mean) > 2 * self.se)
+
+    def describe(self, digits: int = 3) -> str:
+        """E.g. "+0.036 +- 0.012 (SE, 5 seeds; per seed +0.021 .. +0.052)"."""
+        if self.diffs.size == 0:
+            return "no pair without a diverged run"
+        lo, hi = self.diffs.min(), self.diffs.max()
+        extra = f", {self.dropped} pair(s) with a diverged run left out" if self.dropped else ""
+        return (f"{self.mean:+.{digits}f} +- {self.se:.{digits}f} (SE, {self.diffs.size} seeds; per seed "
+                f"{lo:+.{digits}f} .. {hi:+.{digits}f}{extra})")  # fmt: skip
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> Paired:
+    """a - b paired by seed (a[i] and b[i] ran with the same seed): the noise a comparison of two
+    placements carries is the spread of these differences, not the pooled spread of the runs."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired_difference needs two 1-d sequences of one length, got {a.shape} and {b.shape}")
+    keep = np.isfinite(a) & np.isfinite(b)
+    d = a[keep] - b[keep]
+    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+    return Paired(d, float(d.mean()) if d.size else float("nan"), se, int((~keep).sum()))

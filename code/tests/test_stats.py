@@ -1,0 +1,31 @@
+"""Paired seed differences: the noise of a comparison is the spread of its pairs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from normlab.stats import paired_difference
+
+
+def test_a_paired_difference_by_hand():
+    p = paired_difference([2.30, 2.25, 2.28], [2.25, 2.22, 2.24])
+    assert p.diffs == pytest.approx([0.05, 0.03, 0.04])
+    assert p.mean == pytest.approx(0.04) and p.se == pytest.approx(0.01 / math.sqrt(3))
+    assert p.resolved and p.dropped == 0
+    assert p.describe().startswith("+0.040 +- 0.006 (SE, 3 seeds")
+
+
+def test_a_shared_seed_effect_cancels_in_the_pairs_and_not_in_the_pooled_spread():
+    seed_effect = np.array([0.0, 0.1, -0.1, 0.05])
+    a, b = 2.3 + seed_effect + 0.01, 2.3 + seed_effect
+    assert paired_difference(a, b).se < 1e-12 < a.std(ddof=1)
+
+
+def test_diverged_pairs_are_left_out_and_bad_shapes_refused():
+    p = paired_difference([2.3, float("nan"), 2.4], [2.2, 2.2, float("nan")])
+    assert p.diffs.size == 1 and p.dropped == 2 and math.isnan(p.se) and not p.resolved
+    assert "2 pair(s) with a diverged run left out" in p.describe()
+    assert paired_difference([], []).describe() == "no pair without a diverged run"
+    with pytest.raises(ValueError, match="one length"):
+        paired_difference([1.0, 2.0], [1.0])
