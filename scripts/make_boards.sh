@@ -15,16 +15,8 @@ for scale in ${NORMLAB_BOARD_SCALES:-ci cpu}; do
     for chapter in "${chapters[@]}"; do
         start=$(date +%s)
         mkdir -p "$out/$scale"
-        # nbclient (which the book's build uses), the notebook executed in book/ as the build runs it
-        NORMLAB_SCALE=$scale NORMLAB_RESULTS_DIR="$out/$scale" OMP_NUM_THREADS=1 python - "$chapter" "$out/$scale" <<'PY'
-import sys
-import nbformat
-from nbclient import NotebookClient
-chapter, out = sys.argv[1], sys.argv[2]
-nb = nbformat.read(f"book/{chapter}.ipynb", as_version=4)
-NotebookClient(nb, timeout=3600, resources={"metadata": {"path": "book"}}).execute()
-nbformat.write(nb, f"{out}/{chapter}.executed.ipynb")
-PY
+        NORMLAB_SCALE=$scale NORMLAB_RESULTS_DIR="$out/$scale" OMP_NUM_THREADS=1 \
+            python scripts/execute_chapter.py "$chapter" "$out/$scale/$chapter.ipynb" </dev/null
         echo "make_boards: $chapter at $scale: $(( $(date +%s) - start )) s"
     done
     cp "$out/$scale"/*.json book/_data/

@@ -1,0 +1,31 @@
+"""Execute one chapter as the book's build does (nbclient, python3 kernel, in book/) and write the
+executed copy: python scripts/execute_chapter.py 07_normformer out/07_normformer.ipynb"""
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+BOOK = Path(__file__).resolve().parent.parent / "book"
+
+
+def main() -> None:
+    if len(sys.argv) != 3:
+        sys.exit("usage: python scripts/execute_chapter.py <chapter, e.g. 07_normformer> <output .ipynb>")
+    chapter, out = sys.argv[1], Path(sys.argv[2])
+    path = BOOK / f"{chapter}.ipynb"
+    if not path.exists():
+        choices = ", ".join(sorted(p.stem for p in BOOK.glob("*.ipynb")))
+        sys.exit(f"no chapter {chapter!r}; valid choices: {choices}")
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}}).execute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
+    print(f"{chapter}: executed in {time.perf_counter() - start:.0f} s, written to {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
