@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The stored boards, made again: each chapter named (default: chapter 4's warmup grid, chapter 7's
-# sweep and chapter 9's leaderboard) trained live by its own notebook at each scale in
+# The stored boards, made again: each chapter named (default: the main sweeps of chapters 4, 6, 7, 8 and 9,
+# each) trained live by its own notebook at each scale in
 # NORMLAB_BOARD_SCALES (default "ci cpu"), seed base 0, and saved with its provenance (the
 # chapters' maintainer cells, NORMLAB_RESULTS_DIR), then copied to book/_data/. Run it from a clean
 # checkout (the provenance records the revision and whether normlab's source had uncommitted
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 out=$(mktemp -d)
 unset NORMLAB_STORE NORMLAB_SEED_BASE  # every run trained now, none loaded; the seeds CI uses
 chapters=("$@")
-[ ${#chapters[@]} -gt 0 ] || chapters=(04_warmup 07_normformer 09_leaderboard)
+[ ${#chapters[@]} -gt 0 ] || chapters=(04_warmup 06_sandwich 07_normformer 08_qk_norm 09_leaderboard)
 for scale in ${NORMLAB_BOARD_SCALES:-ci cpu}; do
     for chapter in "${chapters[@]}"; do
         start=$(date +%s)
