@@ -1,6 +1,7 @@
 """Execute one chapter as the book's build does (nbclient, python3 kernel, in book/) and write the
 executed copy: python scripts/execute_chapter.py 07_normformer out/07_normformer.ipynb"""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,11 @@ def main() -> None:
         sys.exit(f"no chapter {chapter!r}; valid choices: {choices}")
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}}).execute()
+    # The kernel runs in book/, as in the build; given relative to the repository root, as the
+    # runs that never stalled were (with an absolute path the client twice waited forever on a
+    # kernel that had finished its cell).
+    os.chdir(BOOK.parent)
+    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": "book"}}).execute()
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
     print(f"{chapter}: executed in {time.perf_counter() - start:.0f} s, written to {out}", flush=True)

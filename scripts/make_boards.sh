@@ -16,7 +16,7 @@ for scale in ${NORMLAB_BOARD_SCALES:-ci cpu}; do
         start=$(date +%s)
         mkdir -p "$out/$scale"
         NORMLAB_SCALE=$scale NORMLAB_RESULTS_DIR="$out/$scale" OMP_NUM_THREADS=1 \
-            python scripts/execute_chapter.py "$chapter" "$out/$scale/$chapter.ipynb" </dev/null
+            python scripts/execute_chapter.py "$chapter" "$out/$scale/$chapter.ipynb"
         echo "make_boards: $chapter at $scale: $(( $(date +%s) - start )) s"
     done
     cp "$out/$scale"/*.json book/_data/
