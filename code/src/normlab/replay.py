@@ -139,14 +139,14 @@ def stored_sweep(
     check of `replay_or_run` when the board holds exactly these runs, else trained live, with the
     reason. With NORMLAB_RESULTS_DIR set (a maintainer making the boards) it always trains live."""
     desc = sweep.pop("desc", name)
+    path = board_path(name)
+    if not os.environ.get(RESULTS_DIR_VAR) and path.exists():
+        return replay_or_run(path, jobs, check, corpus=corpus, tol=tol, desc=f"{desc}, checked", **sweep)
     if os.environ.get(RESULTS_DIR_VAR):
         why = f"trained now, to be stored ({RESULTS_DIR_VAR} is set)"
-        return Replay(run_many(jobs, corpus=corpus, desc=desc, **sweep), "live", why)
-    path = board_path(name)
-    if not path.exists():
+    else:
         why = f"trained now: no stored board for the {get_scale()} scale"
-        return Replay(run_many(jobs, corpus=corpus, desc=desc, **sweep), "live", why)
-    return replay_or_run(path, jobs, check, corpus=corpus, tol=tol, desc=f"{desc}, checked", **sweep)
+    return Replay(run_many(jobs, corpus=corpus, desc=desc, **sweep), "live", why)
 
 
 def save_sweep(name: str, results: Sequence[TrainResult], meta: dict[str, Any]) -> Path | None:
