@@ -40,7 +40,8 @@ _LABELS = {
     "sandwich": "sandwich",
     "deepnorm": "DeepNorm",
     "normformer": "NormFormer",
-    "reordered": "reordered (OLMo 2)",
+    "reordered": "reordered",  # OLMo 2's block without the QK-norm OLMo 2 ships with it
+    "reordered+qk": "reordered + QK-norm (OLMo 2)",
     "rezero": "ReZero",
     "admin": "Admin",
     "mixln": "Mix-LN",
@@ -94,7 +95,7 @@ def band(
     ys = np.asarray(ys, dtype=float)
     ys = ys[None, :] if ys.ndim == 1 else ys
     c = color(variant)
-    ls = "--" if qk_norm else "-"
+    ls = "--" if qk_norm or variant.endswith("+qk") else "-"
     n = ys.shape[0]
     ax.plot(x, np.nanmedian(ys, 0), color=c, ls=ls, label=text or f"{label(variant, qk_norm)} ({n} seeds)", **kwargs)
     if n > 1:
