@@ -12,24 +12,29 @@ from nbclient import NotebookClient
 BOOK = Path(__file__).resolve().parent.parent / "book"
 
 
+def execute(path: Path) -> tuple[nbformat.NotebookNode, float]:
+    """Execute the notebook at ``path`` (a chapter in book/) as the build does, in book/; returns
+    the executed notebook and the wall time in seconds. scripts/measure_costs.py times with it."""
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    # The kernel runs in book/, as in the build, given relative to the repository root.
+    os.chdir(BOOK.parent)
+    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": "book"}}).execute()
+    return nb, time.perf_counter() - start
+
+
 def main() -> None:
     if len(sys.argv) != 3:
         sys.exit("usage: python scripts/execute_chapter.py <chapter, e.g. 07_normformer> <output .ipynb>")
-    chapter, out = sys.argv[1], Path(sys.argv[2])
+    chapter, out = sys.argv[1], Path(sys.argv[2]).resolve()
     path = BOOK / f"{chapter}.ipynb"
     if not path.exists():
         choices = ", ".join(sorted(p.stem for p in BOOK.glob("*.ipynb")))
         sys.exit(f"no chapter {chapter!r}; valid choices: {choices}")
-    nb = nbformat.read(path, as_version=4)
-    start = time.perf_counter()
-    # The kernel runs in book/, as in the build; given relative to the repository root, as the
-    # runs that never stalled were (with an absolute path the client twice waited forever on a
-    # kernel that had finished its cell).
-    os.chdir(BOOK.parent)
-    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": "book"}}).execute()
+    nb, seconds = execute(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
-    print(f"{chapter}: executed in {time.perf_counter() - start:.0f} s, written to {out}", flush=True)
+    print(f"{chapter}: executed in {seconds:.0f} s, written to {out}", flush=True)
 
 
 if __name__ == "__main__":

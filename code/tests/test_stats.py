@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from normlab.stats import paired_difference
+from normlab.stats import median_loss, paired_difference
 
 
 def test_a_paired_difference_by_hand():
@@ -29,3 +29,11 @@ def test_diverged_pairs_are_left_out_and_bad_shapes_refused():
     assert paired_difference([], []).describe() == "no pair without a diverged run"
     with pytest.raises(ValueError, match="one length"):
         paired_difference([1.0, 2.0], [1.0])
+
+
+def test_a_diverged_run_counts_as_worse_than_any_finished_one_in_the_median():
+    assert median_loss([2.0, 3.0, 2.5]) == 2.5
+    assert median_loss([2.0, float("nan"), 2.5]) == 2.5  # nan ranks above 2.5
+    assert median_loss([2.0, float("nan"), float("nan")]) == float("inf")
+    with pytest.raises(ValueError, match="non-empty 1-d"):
+        median_loss([])

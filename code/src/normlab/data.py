@@ -37,6 +37,13 @@ SNAPSHOT = Path(__file__).parent / "corpus" / "stdlib-3.11.7.tar.xz"
 CORPUS_SHA256 = "d7e124989c32aa89ae48"  # first 20 hex digits of the shipped snapshot's fingerprint (split 0.1)
 
 
+def unigram_logp(train: torch.Tensor) -> torch.Tensor:
+    """log P(byte) under the add-one smoothed byte frequencies of ``train``: the unigram model every
+    run's unigram level and `normlab.ngram`'s unigram level use."""
+    counts = torch.bincount(train.long(), minlength=VOCAB_SIZE).double() + 1.0
+    return (counts / counts.sum()).log()
+
+
 @dataclass
 class Corpus:
     """Byte tensors for training and validation, plus where they came from."""
@@ -86,8 +93,7 @@ class Corpus:
         return x.clone(), y.clone()
 
     def _unigram_logp(self) -> torch.Tensor:
-        counts = torch.bincount(self.train.long(), minlength=VOCAB_SIZE).double() + 1.0
-        return (counts / counts.sum()).log()
+        return unigram_logp(self.train)
 
     def unigram_loss(self, targets: torch.Tensor) -> float:
         """Cross-entropy (nats/byte) of ``targets`` under the training bytes' frequencies (add-one

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .data import VOCAB_SIZE, Corpus
+from .data import VOCAB_SIZE, Corpus, unigram_logp
 
 if TYPE_CHECKING:
     from .record import TrainResult
@@ -69,8 +69,6 @@ def ngram_logprobs(train: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dic
     back to the bigram one, as an LM reading the window would have to)."""
     v = VOCAB_SIZE
     t = train.long()
-    uni = _counts(t, v) + 1.0
-    p1 = uni / uni.sum()
     pair = _counts(t[:-1] * v + t[1:], v * v).view(v, v)
     p2 = (pair + BIGRAM_ADD) / (pair.sum(1, keepdim=True) + BIGRAM_ADD * v)
     # Trigrams are sparse (a few hundred thousand of 16.7M), so they are counted as sorted ids.
@@ -81,7 +79,7 @@ def ngram_logprobs(train: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dic
     ctx_types = torch.zeros(v * v, dtype=torch.double).index_add_(0, ctx, torch.ones_like(tri_counts))
 
     xl, yl = x.long().cpu(), y.long().cpu()  # the tables live on the CPU
-    lp1 = p1.log()[yl]
+    lp1 = unigram_logp(t)[yl]
     lp2 = p2[xl, yl].log()
     prev = torch.cat([xl[:, :1], xl[:, :-1]], dim=1)  # x[t - 1]; t = 0 is masked below
     c = prev * v + xl  # trigram context ids

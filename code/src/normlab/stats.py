@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = [
     "spearman", "loglog_slope", "geometric_mean", "lr_sensitivity_terms", "lr_sensitivity",
-    "Paired", "paired_difference",
+    "median_loss", "Paired", "paired_difference",
 ]  # fmt: skip
 
 
@@ -69,6 +69,16 @@ def lr_sensitivity(final_losses: Sequence[float], initial_loss: float) -> float:
     final loss is, on average over the sweep's rates, from the sweep's best. 0 when every rate reaches
     the best loss; relative to the model's own best, so read it next to that best."""
     return float(lr_sensitivity_terms(final_losses, initial_loss).mean())
+
+
+def median_loss(final_losses: Sequence[float]) -> float:
+    """The median over seeds of final losses, a diverged run (NaN, as `TrainResult.final_val_loss`
+    gives it) counted as worse than any finished one: a rate where most runs diverge cannot look
+    best, and one where all diverge is +inf."""
+    values = np.asarray(final_losses, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"need a non-empty 1-d sequence of final losses, got shape {values.shape}")
+    return float(np.median(np.where(np.isfinite(values), values, np.inf)))
 
 
 @dataclass(frozen=True)
