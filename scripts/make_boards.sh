@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The stored boards, made again: each chapter named (default: the main sweeps of chapters 4, 6, 7, 8 and 9,
+# The stored boards, made again: each chapter named (default: the main sweeps of chapters 4 to 9,
 # each) trained live by its own notebook at each scale in
 # NORMLAB_BOARD_SCALES (default "ci cpu"), seed base 0, and saved with its provenance (the
 # chapters' maintainer cells, NORMLAB_RESULTS_DIR), then copied to book/_data/. Run it from a clean
@@ -14,7 +14,7 @@ unset NORMLAB_SEED_BASE  # the seeds CI uses
 # has three times waited forever on a kernel that had finished its cell, under ipykernel 7, now pinned <7).
 export NORMLAB_STORE="${NORMLAB_BOARD_STORE:-$out/store}"
 chapters=("$@")
-[ ${#chapters[@]} -gt 0 ] || chapters=(04_warmup 06_sandwich 07_normformer 08_qk_norm 09_leaderboard)
+[ ${#chapters[@]} -gt 0 ] || chapters=(04_warmup 05_deepnorm 06_sandwich 07_normformer 08_qk_norm 09_leaderboard)
 for scale in ${NORMLAB_BOARD_SCALES:-ci cpu}; do
     for chapter in "${chapters[@]}"; do
         start=$(date +%s)
