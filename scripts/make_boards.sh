@@ -11,7 +11,7 @@ out=$(mktemp -d)
 unset NORMLAB_SEED_BASE  # the seeds CI uses
 # Every run is trained by this invocation and kept in a store of its own, so that an interrupted
 # invocation resumes where it stopped when given the same NORMLAB_BOARD_STORE (an nbclient run here
-# has three times waited forever on a kernel that had finished its cell, under ipykernel 7, now pinned <7).
+# has waited forever on a kernel that had finished its cell: an open defect, seen with ipykernel 7.4 and 6.31).
 export NORMLAB_STORE="${NORMLAB_BOARD_STORE:-$out/store}"
 chapters=("$@")
 [ ${#chapters[@]} -gt 0 ] || chapters=(04_warmup 05_deepnorm 06_sandwich 07_normformer 08_qk_norm 09_leaderboard)
