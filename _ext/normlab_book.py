@@ -11,6 +11,7 @@
   explainer that a chapter checks (`check(..., source=, quote=, verdict=)`), with our measurement.
 - ``{normlab-costs}``: the measured execution time of every chapter at each scale, from the
   JSON files that `scripts/measure_costs.py` writes (one per scale, with their provenance).
+- Chapter execution cannot hang on a lost reply (`reply_watch`, installed in `setup`).
 - ``{normlab-bench}``: what `python -m normlab.bench` measured (``book/_data/bench-<device>.json``):
   its tables, and a figure of a training step's cost against depth and width drawn from them.
 """
@@ -459,6 +460,9 @@ def always_outdated(app: Sphinx, env: Any, added: set, changed: set, removed: se
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    import reply_watch  # beside this file: _ext is on the path of a local extension
+
+    reply_watch.install()  # nbclient's wait for a cell's reply, unable to hang (see that module)
     app.add_node(claims_placeholder)
     app.add_node(costs_placeholder)
     app.add_directive("normlab-claims", ClaimsDirective)

@@ -10,6 +10,10 @@ import nbformat
 from nbclient import NotebookClient
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
+sys.path.insert(0, str(BOOK.parent / "_ext"))
+import reply_watch  # noqa: E402  (the build's guard against a lost reply, _ext/reply_watch.py)
+
+reply_watch.install()
 
 
 def execute(path: Path) -> tuple[nbformat.NotebookNode, float]:
