@@ -75,3 +75,13 @@ def test_ffn_gradient_factors_split_normformers_statistic_and_measure_the_step()
     moved = normlab.probes.ffn_gradient_factors(model, x, x)
     assert moved["update_w2"][1] == pytest.approx(0.1, rel=1e-4) and moved["update_w2"][0] == 0.0
     assert 0 < moved["update_block"][1] < 0.1 and moved["update_block"][2] == 0.0
+
+
+def test_position_similarity_is_one_for_identical_positions_and_near_zero_for_random_ones():
+    torch.manual_seed(0)
+    same = torch.randn(3, 1, 64).expand(3, 16, 64)
+    assert normlab.probes.position_similarity(same) == pytest.approx(1.0, abs=1e-6)
+    # adding a constant to every channel of a position changes nothing: channel means are removed
+    shifted = same + torch.arange(16.0)[None, :, None]
+    assert normlab.probes.position_similarity(shifted) == pytest.approx(1.0, abs=1e-6)
+    assert abs(normlab.probes.position_similarity(torch.randn(4, 16, 256))) < 0.02

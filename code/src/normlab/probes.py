@@ -28,6 +28,7 @@ __all__ = [
     "residual_stream",
     "residual_norms",
     "residual_norms_probe",
+    "position_similarity",
     "max_activations",
     "stack_jacobian",
     "norm_input_scale",
@@ -136,6 +137,15 @@ def residual_norms_probe(model: TransformerLM, x: torch.Tensor, y: torch.Tensor)
     """`residual_norms` as a probe for `run` and `run_many` (``probe=`` or ``final_probe=``):
     ``{"residual_norms": [L + 1]}``; a run stores the tensor as a list of floats."""
     return {"residual_norms": residual_norms(model, x)}
+
+
+def position_similarity(h: torch.Tensor) -> float:
+    """How alike the positions of each sequence in h [B, T, d] are: the mean cosine similarity
+    between its T states (each with its channel mean removed), over the T(T - 1) ordered pairs and
+    the batch. 1 when every position holds the same vector (rank collapse), near 0 for random ones."""
+    z = torch.nn.functional.normalize(h - h.mean(-1, keepdim=True), dim=-1)
+    t = z.shape[1]
+    return float(((z @ z.transpose(1, 2)).sum((1, 2)) - t).mean() / (t * (t - 1)))
 
 
 @torch.no_grad()
