@@ -37,3 +37,13 @@ def test_a_diverged_run_counts_as_worse_than_any_finished_one_in_the_median():
     assert median_loss([2.0, float("nan"), float("nan")]) == float("inf")
     with pytest.raises(ValueError, match="non-empty 1-d"):
         median_loss([])
+
+
+def test_the_paired_t_interval_uses_students_t_on_few_seeds():
+    from normlab.stats import paired_difference, t_critical95
+
+    assert t_critical95(2) == 4.30 and t_critical95(100) == 1.96
+    p = paired_difference([1.0, 1.2, 1.1], [0.9, 1.0, 1.05])  # diffs 0.1, 0.2, 0.05
+    lo, hi = p.interval95()
+    assert lo < p.mean < hi
+    assert abs((hi - p.mean) / p.se - 4.30) < 1e-9
