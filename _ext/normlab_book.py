@@ -356,7 +356,9 @@ def _link(app: Sphinx, fromdoc: str, todoc: str, anchor: str = "") -> nodes.Node
 
 def _anchor_link(app: Sphinx, fromdoc: str, doc: str, claim: dict[str, Any]) -> nodes.Node:
     uri = app.builder.get_relative_uri(fromdoc, doc) + f"#claim-{claim['id']}"
-    return nodes.reference(text="✓ holds" if claim["holds"] else "✗ FAILS", refuri=uri)
+    kind = claim.get("kind", "measured")
+    word = {"measured": "holds", "identity": "identity", "cited": "cited"}.get(kind, kind)
+    return nodes.reference(text=f"✓ {word}" if claim["holds"] else f"✗ FAILS ({kind})", refuri=uri)
 
 
 def _sources_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
@@ -387,12 +389,17 @@ def _sources_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
 
 def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
     claims = collect_claims(app)
-    held = sum(1 for _, c in claims if c["holds"])
+    # Findings apart from identities (true by construction) and citations: only findings could fail.
+    by_kind = {k: [c for _, c in claims if c.get("kind", "measured") == k] for k in ("measured", "identity", "cited")}
+    held = {k: sum(1 for c in cs if c["holds"]) for k, cs in by_kind.items()}
     scales = sorted({c.get("scale", "?") for _, c in claims})
     bases = sorted({str(c.get("seed_base", 0)) for _, c in claims})
     summary = nodes.paragraph(
-        text=f"{held} of {len(claims)} claims held when this book was built "
-        f"(scale: {', '.join(scales) or 'none'}; seed base: {', '.join(bases) or 'none'})."
+        text=f"{held['measured']} of {len(by_kind['measured'])} measured claims held when this book was built "
+        f"(scale: {', '.join(scales) or 'none'}; seed base: {', '.join(bases) or 'none'}); besides them, "
+        f"{held['identity']} of {len(by_kind['identity'])} identities (true by construction, shown numerically: "
+        f'the result column says "identity") and {held["cited"]} of {len(by_kind["cited"])} citation checks '
+        '("cited") held.'
     )
     out: list[nodes.Node] = [summary]
     for doc in dict.fromkeys(d for d, _ in claims):  # chapters in order, once each

@@ -47,6 +47,8 @@ def test_claims_follow_the_scale_and_a_failed_claim_is_listed_as_failed(tmp_path
         [
             "import normlab\nnormlab.claims.check('ok', 'a claim that holds', True, normlab.get_scale(), "
             "source='explainer', quote='A sentence.', verdict='confirmed')",
+            "normlab.claims.check('same', 'an identity', True, 'exact', kind='identity')\n"
+            "normlab.claims.check('cite', 'a citation', True, 'in the bibliography', kind='cited')",
             "normlab.claims.check('bad', 'a claim that fails', False, 'measured')",
         ],
     )
@@ -54,7 +56,10 @@ def test_claims_follow_the_scale_and_a_failed_claim_is_listed_as_failed(tmp_path
     log = _build(book, "ci")
     claims = (book / "_build" / "html" / "book" / "claims.html").read_text()
     assert "Executing notebook failed" in log  # loud: a strict (-W) build fails on this warning
-    assert "1 of 2 claims held" in claims and "scale: ci" in claims and "FAILS" in claims
+    assert "1 of 2 measured claims held" in claims and "scale: ci" in claims and "FAILS" in claims
+    # identities and citations are counted apart from the findings, and labelled so in the index
+    assert "1 of 1 identities" in claims and "1 of 1 citation checks" in claims
+    assert "✓ identity" in claims and "✓ cited" in claims
     sources = (book / "_build" / "html" / "book" / "sources.html").read_text()
     assert "A sentence." in sources and 'href="ch.html#claim-ok"' in sources
     assert 'id="claim-ok"' in (book / "_build" / "html" / "book" / "ch.html").read_text()

@@ -279,3 +279,17 @@ def test_no_function_hides_a_module_of_the_package():
     for info in pkgutil.iter_modules(normlab.__path__):
         module = importlib.import_module(f"normlab.{info.name}")
         assert getattr(normlab, info.name) is module, f"normlab.{info.name} is not the module"
+
+
+def test_a_claim_of_unknown_kind_names_the_valid_kinds():
+    from normlab import claims
+
+    with pytest.raises(ValueError, match="valid choices: measured, identity, cited"):
+        claims.check("x", "a statement", True, "1.0", kind="finding")
+
+
+def test_a_failed_identity_fails_as_loudly_as_a_claim(capsys):
+    from normlab import claims
+
+    with pytest.raises(AssertionError, match=r"\[identity x\] FAILS"):
+        claims.check("x", "a statement", False, "1.0", kind="identity")
