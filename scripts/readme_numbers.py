@@ -74,9 +74,15 @@ def budget() -> str:
         f"{c['pytest_s']:.0f} s for {c['tests']} tests on 2 pytest workers, then the strict build from nbval's "
         f"executions and the browser check; budget 720 s). At ci the slowest chapter is "
         f"{worst_ci[0].removeprefix('book/')} ({worst_ci[1]:.0f} s under nbval). At the reader's default scale "
-        f"(cpu) a cold build's chapters add up to {_minutes(sum(cpu['seconds'].values()))} "
-        f"({cpu['provenance']['date']}, {cpu['provenance']['revision']}; budget 30 minutes), "
-        + ", ".join(f"{names.get(k, k)} {_minutes(v)}" for k, v in top)
+        f"(cpu) a cold build's chapters add up to {sum(cpu['seconds'].values()) / 60:.1f} minutes "
+        + (
+            f"(the whole build, Sphinx included, {cpu['provenance']['build_wall_seconds'] / 60:.1f}) "
+            if "build_wall_seconds" in cpu["provenance"]
+            else ""
+        )
+        + f"({cpu['provenance']['date']}, {cpu['provenance']['revision']}, {cpu['provenance']['device']}; "
+        "budget 30 minutes), "
+        + ", ".join(f"{names.get(k, k.removeprefix('book/'))} {_minutes(v)}" for k, v in top)
         + f" of them; a rebuild of an unchanged book took {b['cached_rebuild']['seconds']:.1f} s "
         f"({b['cached_rebuild']['scale']} scale, every chapter from the execution cache; budget 10 s). "
         'The "What each chapter costs" page of the book has every chapter\'s time at each scale.\n'
