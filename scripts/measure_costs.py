@@ -1,6 +1,7 @@
 """Execute every chapter once at one scale and record the wall time of each, with provenance.
 
     OMP_NUM_THREADS=1 python scripts/measure_costs.py --scale cpu
+    python scripts/measure_costs.py --scale cpu --from-build --build-seconds 1708  # after a cold build
 
 writes book/_data/costs-<scale>.json, which the book's "What each chapter costs" page renders.
 Run it on the machine you want to describe (a GPU runtime for --scale gpu). With ``--from-build``
@@ -52,7 +53,10 @@ def main() -> None:
     ap.add_argument("--scale", required=True, choices=["ci", "cpu", "gpu"])
     ap.add_argument("--only", nargs="*", help="chapter docnames to (re)measure; others keep their old values")
     ap.add_argument("--from-build", action="store_true", help="read the times of a cold build instead of executing")
+    ap.add_argument("--build-seconds", type=float, help="with --from-build: that build's wall time, timed by you")
     args = ap.parse_args()
+    if args.build_seconds is not None and not args.from_build:
+        ap.error("--build-seconds describes a cold build: pass it with --from-build")
     os.environ["NORMLAB_SCALE"] = args.scale
     import torch
 
@@ -96,6 +100,8 @@ def main() -> None:
             "revision": revision or "unknown",
         },
     }
+    if args.build_seconds is not None:  # the whole build, Sphinx included (README's budget line)
+        record["provenance"]["build_wall_seconds"] = round(args.build_seconds)
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
 
