@@ -8,6 +8,7 @@ the data, training loop, sweeps, probes and plots the chapters measure with.
 from . import (
     attention,
     batched,
+    board,
     checks,
     claims,
     exercises,
@@ -83,8 +84,9 @@ configure_threads()  # one torch thread unless OMP_NUM_THREADS or NORMLAB_THREAD
 __all__ = [
     "attention", "init", "model", "ngram", "norms", "reference", "replay", "timing", "variants",
     "NgramLevels", "Replay", "ngram_levels", "replay_or_run", "run_regime", "save_sweep", "stored_sweep",
-    "batched", "checks", "claims", "record", "exercises", "interop", "plot", "probes", "results", "stats", "store",
-    "sweep", "training", "CorpusSpec", "SweepError", "configure_threads", "default_store", "divergence_ceiling",
+    "batched", "board", "checks", "claims", "record", "exercises", "interop", "plot", "probes", "results", "stats",
+    "store", "sweep", "training", "CorpusSpec", "SweepError", "configure_threads", "default_store",
+    "divergence_ceiling",
     "run_many", "Branch", "HEAD_SCALES", "ModelConfig", "Shortcut", "Wrap",
     "ACTIVATIONS", "CORPUS_SHA256", "INIT_SCHEMES", "LAYERWISE", "NORM_KINDS", "OUTCOMES", "QK_NORMS", "SCALES",
     "SCHEDULES", "STDLIB_FILES", "VARIANTS", "VOCAB_SIZE", "WEIGHT_DECAY_MODES",

@@ -13,7 +13,9 @@ from torch import nn
 
 from .data import VOCAB_SIZE
 
-__all__ = ["OUTCOMES", "TrainResult", "LossMonitor", "RunRecorder", "divergence_ceiling", "classify_outcome"]
+__all__ = [
+    "OUTCOMES", "TrainResult", "steps_to", "LossMonitor", "RunRecorder", "divergence_ceiling", "classify_outcome",
+]  # fmt: skip
 
 OUTCOMES = ("trained", "stalled", "diverged")
 
@@ -56,6 +58,12 @@ class TrainResult:
     @property
     def spiked(self) -> bool:
         return bool(self.spikes)
+
+
+def steps_to(result: TrainResult, level: float) -> Optional[int]:
+    """The first evaluation step at which the run's validation loss is at or below ``level`` (a run
+    evaluated along the way: `TrainConfig.eval_every`), None if it never got there."""
+    return next((step for step, loss in result.evals if loss <= level), None)
 
 
 class LossMonitor:

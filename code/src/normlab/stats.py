@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = [
     "spearman", "loglog_slope", "geometric_mean", "lr_sensitivity_terms", "lr_sensitivity",
-    "median_loss", "Paired", "paired_difference",
+    "median_loss", "Paired", "paired_difference", "one_sample", "t_critical95",
 ]  # fmt: skip
 
 
@@ -157,3 +157,10 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> Paired:
     d = a[keep] - b[keep]
     se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
     return Paired(d, float(d.mean()) if d.size else float("nan"), se, int((~keep).sum()))
+
+
+def one_sample(values: Sequence[float]) -> Paired:
+    """Per-seed values (a slope each, say) against 0: their mean, its standard error and 95% t
+    interval, as a `Paired` whose differences are the values themselves (non-finite ones dropped)."""
+    values = np.asarray(values, dtype=float)
+    return paired_difference(values, np.zeros_like(values))

@@ -1,0 +1,248 @@
+"""The leaderboard's benchmark (chapter 9): the contestants, the recipe at each scale, and the rounds
+of runs that choose each contestant's learning rate on one set of seeds and report it on fresh ones.
+
+A benchmark is data (`Benchmark`); a round is a `Plan`, a list of cells (contestant, depth, peak rate,
+warmup arm) each trained on a set of seeds. Round 1 is the rate grid at the sweep depth on the
+selection seeds; round 2 what round 1 chose: the report runs at the sweep depth on fresh seeds, and
+the depth ladder's local rate grids on the selection seeds; round 3 the ladder's chosen rates on the
+report seeds. `LONG` is the same protocol at ten times the steps, one stored result at every scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional, Sequence
+
+from . import checks
+from .record import TrainResult
+from .scale import PerScale, seeds
+from .stats import median_loss
+from .training import TrainConfig
+
+__all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "best_rate", "best_rates",
+           "round1", "round2", "round3", "check_indices"]  # fmt: skip
+
+# Every contestant is data: the model kwargs that build it, on top of the shared ones.
+CONTESTANTS: dict[str, dict[str, Any]] = {
+    "post": dict(norm="post"),
+    "deepnorm": dict(norm="deepnorm"),  # with init="xavier": the paper's init (beta gains)
+    "admin": dict(norm="admin"),  # omega profiled on the run's first batch by normlab.run
+    "mixln": dict(norm="mixln"),  # post-LN in the first quarter of the blocks, pre-LN after
+    "pre": dict(norm="pre"),
+    "pre + QK-norm": dict(norm="pre", qk_norm=True),  # per-head LayerNorm on q and k
+    "pre (RMSNorm)": dict(norm="pre", norm_kind="rms"),  # every norm an RMSNorm
+    "pre (DyT)": dict(norm="pre", norm_kind="dyt"),  # every norm a DyT
+    "lnscaled": dict(norm="lnscaled"),  # LayerNorm Scaling: block l's input norms times 1/sqrt(l)
+    "normformer": dict(norm="normformer"),
+    "sandwich": dict(norm="sandwich"),
+    "reordered": dict(norm="reordered"),
+    "reordered + QK-norm": dict(norm="reordered", qk_norm=True),
+    "rezero": dict(norm="rezero"),  # no norm; x + a F(x), a = 0 at init
+}  # fmt: skip
+# The two settings of the schedule: the share of the run spent warming up linearly to the peak rate.
+# "no warmup" is the stress test chapters 4 to 6 found the placements to differ most in; "warmup"
+# (a tenth of the run) is the recipe of every paper cited.
+ARMS: dict[str, float] = {"no warmup": 0.0, "warmup": 0.1}
+
+
+class Cell(NamedTuple):
+    """One recipe of the board: a contestant at a depth, a peak learning rate and a warmup arm."""
+
+    name: str
+    n_layers: int
+    lr: float
+    arm: str
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """The recipe at one scale. ``depth`` is the sweep depth, ``lrs`` the rate grid there, ``ladder``
+    the depths (with ``depth`` among them) tuned in ``ladder_arm`` on ``ladder_width`` grid rates
+    around the contestant's best rate at ``depth``; ``n_select`` seeds choose every rate and
+    ``n_report`` further seeds report it. Report runs are evaluated ``evals_along`` times along the
+    run; all others at the end only."""
+
+    d_model: int
+    seq: int
+    batch: int
+    steps: int
+    depth: int
+    lrs: tuple[float, ...]
+    ladder: tuple[int, ...]
+    n_select: int
+    n_report: int
+    arms: tuple[str, ...] = tuple(ARMS)
+    ladder_arm: str = "warmup"
+    ladder_width: int = 3
+    evals_along: int = 10
+    n_heads: int = 4
+    seed_base: Optional[int] = None  # None: NORMLAB_SEED_BASE, as every chapter's seeds
+    contestants: tuple[str, ...] = field(default=tuple(CONTESTANTS))
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "seq", "batch", "steps", "depth", "n_select", "n_report", "ladder_width",
+                     "evals_along", "n_heads"):  # fmt: skip
+            checks.integer(name, getattr(self, name))
+        if list(self.lrs) != sorted(set(self.lrs)) or not self.lrs or min(self.lrs) <= 0:
+            raise ValueError(f"lrs must be positive, distinct and increasing, got {self.lrs}")
+        if self.depth not in self.ladder or list(self.ladder) != sorted(set(self.ladder)):
+            raise ValueError(f"ladder must be increasing depths that include depth={self.depth}, got {self.ladder}")
+        for arm in (*self.arms, self.ladder_arm):
+            checks.choice("arm", arm, tuple(ARMS))
+        for name in self.contestants:
+            checks.choice("contestant", name, tuple(CONTESTANTS))
+        if self.ladder_width > len(self.lrs):
+            raise ValueError(f"ladder_width ({self.ladder_width}) cannot exceed the grid's {len(self.lrs)} rates")
+        if self.steps % self.evals_along:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of evals_along ({self.evals_along})")
+
+    @property
+    def select_seeds(self) -> tuple[int, ...]:
+        """The seeds every rate is chosen on (shifted by NORMLAB_SEED_BASE, as every seed)."""
+        return self._seeds()[: self.n_select]
+
+    @property
+    def report_seeds(self) -> tuple[int, ...]:
+        """Fresh seeds, never used to choose a rate: every reported number comes from these."""
+        return self._seeds()[self.n_select :]
+
+    def _seeds(self) -> tuple[int, ...]:
+        n = self.n_select + self.n_report
+        return tuple(seeds(n) if self.seed_base is None else range(self.seed_base, self.seed_base + n))
+
+    def model_kwargs(self, name: str, n_layers: int) -> dict[str, Any]:
+        """The model of contestant ``name`` with ``n_layers`` blocks: Xavier init for all."""
+        checks.choice("contestant", name, tuple(CONTESTANTS))
+        return dict(d_model=self.d_model, n_heads=self.n_heads, n_layers=n_layers, init="xavier",
+                    max_seq_len=self.seq, **CONTESTANTS[name])  # fmt: skip
+
+    def config(self, lr: float, seed: int, arm: str, along: bool = False) -> TrainConfig:
+        """AdamW (0.9, 0.98), no weight decay, no clipping, cosine schedule with the arm's warmup;
+        evaluated at the end, or ``evals_along`` times along the run when ``along``."""
+        checks.choice("arm", arm, tuple(ARMS))
+        every = self.steps // self.evals_along if along else self.steps
+        return TrainConfig(steps=self.steps, batch_size=self.batch, seq_len=self.seq, lr=lr,
+                           warmup=round(ARMS[arm] * self.steps), seed=seed, eval_every=every,
+                           log_every=self.steps)  # fmt: skip
+
+    def local_rates(self, best: float) -> tuple[float, ...]:
+        """``ladder_width`` rates of the grid centred on ``best`` (shifted inwards at the grid's ends)."""
+        i = self.lrs.index(best)
+        start = min(max(i - self.ladder_width // 2, 0), len(self.lrs) - self.ladder_width)
+        return self.lrs[start : start + self.ladder_width]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A round: each cell trained on its seeds, flagged ``along`` for evaluations along the run.
+    ``entries`` are (cell, seeds, along); `jobs` expands them in order, `collect` groups results back."""
+
+    benchmark: Benchmark
+    entries: tuple[tuple[Cell, tuple[int, ...], bool], ...]
+
+    def jobs(self) -> list[tuple[dict[str, Any], TrainConfig]]:
+        bm = self.benchmark
+        return [(bm.model_kwargs(c.name, c.n_layers), bm.config(c.lr, s, c.arm, along))
+                for c, ss, along in self.entries for s in ss]  # fmt: skip
+
+    def collect(self, results: Sequence[TrainResult]) -> dict[tuple[Cell, str], list[TrainResult]]:
+        """Results by (cell, "select" or "report"), in seed order."""
+        n = sum(len(ss) for _, ss, _ in self.entries)
+        if len(results) != n:
+            raise ValueError(f"the plan has {n} runs, got {len(results)} results")
+        out, i = {}, 0
+        for cell, ss, _ in self.entries:
+            which = "select" if ss == self.benchmark.select_seeds else "report"
+            out[cell, which] = list(results[i : i + len(ss)])
+            i += len(ss)
+        return out
+
+    def index(self, cell: Cell, which: str) -> int:
+        """The position in `jobs` of the first seed's run of ``cell`` on seed set ``which``."""
+        i = 0
+        for c, ss, _ in self.entries:
+            if c == cell and (ss == self.benchmark.select_seeds) == (which == "select"):
+                return i
+            i += len(ss)
+        raise KeyError(f"{cell} on the {which} seeds is not in this plan")
+
+
+Runs = dict[tuple[Cell, str], list[TrainResult]]
+
+
+def best_rate(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[float]) -> float:
+    """The rate of ``rates`` with the lowest median final loss over the selection seeds (a diverged
+    run counts as worse than any finished one; ties go to the lower rate)."""
+    medians = [median_loss([r.final_val_loss for r in runs[Cell(name, n_layers, lr, arm), "select"]])
+               for lr in rates]  # fmt: skip
+    return rates[min(range(len(rates)), key=lambda i: (medians[i], i))]
+
+
+def best_rates(bm: Benchmark, runs: Runs) -> dict[tuple[str, int, str], float]:
+    """Every (contestant, depth, arm) of ``runs`` that was tuned, with its chosen rate."""
+    tuned = {(c.name, c.n_layers, c.arm) for c, which in runs if which == "select"}
+    out = {}
+    for name, n, arm in sorted(tuned, key=lambda k: (bm.contestants.index(k[0]), k[1], k[2])):
+        rates = sorted(c.lr for c, which in runs if which == "select" and (c.name, c.n_layers, c.arm) == (name, n, arm))
+        out[name, n, arm] = best_rate(runs, name, n, arm, rates)
+    return out
+
+
+def round1(bm: Benchmark) -> Plan:
+    """The rate grid at the sweep depth, in every arm, on the selection seeds."""
+    return Plan(bm, tuple((Cell(name, bm.depth, lr, arm), bm.select_seeds, False)
+                          for name in bm.contestants for arm in bm.arms for lr in bm.lrs))  # fmt: skip
+
+
+def round2(bm: Benchmark, runs1: Runs) -> Plan:
+    """What round 1 chose: each contestant at its best rate at the sweep depth in every arm, on the
+    report seeds (evaluated along the run), and the ladder's other rungs on local grids around the
+    best rate of the ladder's arm, on the selection seeds."""
+    entries = []
+    for name in bm.contestants:
+        for arm in bm.arms:
+            best = best_rate(runs1, name, bm.depth, arm, bm.lrs)
+            entries.append((Cell(name, bm.depth, best, arm), bm.report_seeds, True))
+        local = bm.local_rates(best_rate(runs1, name, bm.depth, bm.ladder_arm, bm.lrs))
+        for n in bm.ladder:
+            if n != bm.depth:
+                entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False) for lr in local]
+    return Plan(bm, tuple(entries))
+
+
+def round3(bm: Benchmark, runs1: Runs, runs2: Runs) -> Plan:
+    """The ladder's chosen rates on the report seeds (the sweep depth's report runs are round 2's)."""
+    entries = []
+    for name in bm.contestants:
+        local = bm.local_rates(best_rate(runs1, name, bm.depth, bm.ladder_arm, bm.lrs))
+        for n in bm.ladder:
+            if n != bm.depth:
+                lr = best_rate(runs2, name, n, bm.ladder_arm, local)
+                entries.append((Cell(name, n, lr, bm.ladder_arm), bm.report_seeds, True))
+    return Plan(bm, tuple(entries))
+
+
+def check_indices(plan: Plan, every: int = 1, offset: int = 0) -> list[int]:
+    """Runs of ``plan`` to train again when its stored board is replayed: the first seed of every
+    ``every``-th entry from ``offset`` (a stored board is used only if they reproduce it)."""
+    starts, i = [], 0
+    for _, ss, _ in plan.entries:
+        starts.append(i)
+        i += len(ss)
+    return starts[offset::every]
+
+
+SIZES = PerScale(
+    ci=Benchmark(d_model=32, seq=32, batch=16, steps=100, depth=4, lrs=(3e-3, 1e-2, 3e-2, 1e-1, 3e-1),
+                 ladder=(2, 4, 8), n_select=2, n_report=5),
+    cpu=Benchmark(d_model=64, seq=32, batch=16, steps=200, depth=6, lrs=(1e-3, 3e-3, 1e-2, 3e-2, 1e-1),
+                  ladder=(3, 6, 12), n_select=3, n_report=5),
+    gpu=Benchmark(d_model=128, seq=64, batch=32, steps=300, depth=6, lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
+                  ladder=(3, 6, 12, 24), n_select=3, n_report=5),
+)  # fmt: skip
+# The long budget: the cpu recipe for ten times the steps (about 1M tokens, 3 per parameter), in the
+# papers' arm only, on a coarser grid. Stored once and checked at every scale: it is what takes
+# the runs below the trigram level, where attention has to do a Transformer's job.
+# Its seeds are fixed (seed base 0): a result computed once is not retrained under another seed base.
+LONG = Benchmark(d_model=64, seq=32, batch=16, steps=2000, depth=6, lrs=(1e-3, 3e-3, 1e-2), ladder=(6,),
+                 n_select=2, n_report=3, arms=("warmup",), seed_base=0)  # fmt: skip

@@ -1,0 +1,84 @@
+"""The leaderboard's protocol: rates chosen on one set of seeds, reported on fresh ones."""
+
+import math
+
+import pytest
+
+from normlab import board
+from normlab.board import LONG, SIZES, Benchmark, Cell
+from normlab.record import TrainResult, steps_to
+from normlab.stats import one_sample
+
+SMALL = Benchmark(d_model=16, seq=8, batch=2, steps=10, depth=2, lrs=(1e-3, 1e-2, 1e-1), ladder=(1, 2, 4),
+                  n_select=2, n_report=3, contestants=("pre", "post"))  # fmt: skip
+
+
+def fake(loss: float) -> TrainResult:
+    status = "diverged" if math.isnan(loss) else "completed"
+    return TrainResult(config={}, status=status, evals=[(10, 3.0)] if math.isnan(loss) else [(10, loss)])
+
+
+def test_rates_are_chosen_on_seeds_that_never_report():
+    for bm in (SMALL, *(SIZES.get(s) for s in ("ci", "cpu", "gpu")), LONG):
+        assert not set(bm.select_seeds) & set(bm.report_seeds)
+        assert len(bm.select_seeds) == bm.n_select and len(bm.report_seeds) == bm.n_report
+
+
+def test_the_long_budget_keeps_its_seeds_under_another_seed_base(monkeypatch):
+    monkeypatch.setenv("NORMLAB_SEED_BASE", "700")
+    assert LONG.select_seeds == (0, 1) and LONG.report_seeds == (2, 3, 4)
+    assert SMALL.select_seeds == (700, 701)
+
+
+def test_round1_is_the_grid_in_every_arm_and_round2_reports_its_best_on_fresh_seeds():
+    plan1 = board.round1(SMALL)
+    assert len(plan1.jobs()) == 2 * 2 * 3 * 2  # contestants x arms x rates x selection seeds
+    losses = {1e-3: [2.5, 2.6], 1e-2: [2.2, float("nan")], 1e-1: [2.3, 2.35]}  # 1e-2's median is worse: a NaN
+    results = [fake(v) for c, ss, _ in plan1.entries for v in losses[c.lr]]
+    runs1 = plan1.collect(results)
+    assert board.best_rate(runs1, "pre", 2, "warmup", SMALL.lrs) == 1e-1
+    plan2 = board.round2(SMALL, runs1)
+    report = [(c, ss) for c, ss, along in plan2.entries if along]
+    assert {c for c, _ in report} == {Cell(n, 2, 1e-1, a) for n in ("pre", "post") for a in ("no warmup", "warmup")}
+    assert all(ss == SMALL.report_seeds for _, ss in report)
+    ladder = [c for c, ss, along in plan2.entries if not along]
+    assert {c.n_layers for c in ladder} == {1, 4} and {c.lr for c in ladder} == set(SMALL.lrs)  # 3 around 1e-1
+    assert {c.arm for c in ladder} == {"warmup"}
+    runs2 = plan2.collect([fake(2.0 + c.lr) for c, ss, _ in plan2.entries for _ in ss])
+    plan3 = board.round3(SMALL, runs1, runs2)
+    assert [(c.n_layers, c.lr) for c, _, _ in plan3.entries] == [(1, 1e-3), (4, 1e-3)] * 2
+    assert board.check_indices(plan3, every=2) == [0, 2 * SMALL.n_report]
+
+
+def test_report_runs_are_evaluated_along_the_run():
+    assert SMALL.config(1e-2, 0, "warmup", along=True).eval_every == 1
+    assert SMALL.config(1e-2, 0, "warmup").eval_every == 10
+    assert SMALL.config(1e-2, 0, "warmup").warmup == 1 and SMALL.config(1e-2, 0, "no warmup").warmup == 0
+
+
+def test_local_rates_shift_inwards_at_the_grid_ends():
+    bm = SIZES.get("cpu")
+    assert bm.local_rates(1e-3) == (1e-3, 3e-3, 1e-2)
+    assert bm.local_rates(1e-2) == (3e-3, 1e-2, 3e-2)
+    assert bm.local_rates(1e-1) == (1e-2, 3e-2, 1e-1)
+
+
+def test_a_bad_benchmark_names_the_valid_choices():
+    with pytest.raises(ValueError, match="valid choices"):
+        Benchmark(16, 8, 2, 10, 2, (1e-3,), (2,), 1, 1, arms=("cooldown",))
+    with pytest.raises(ValueError, match="include depth"):
+        Benchmark(16, 8, 2, 10, 2, (1e-3,), (1, 4), 1, 1)
+    with pytest.raises(ValueError, match="increasing"):
+        Benchmark(16, 8, 2, 10, 2, (1e-2, 1e-3), (2,), 1, 1)
+    with pytest.raises(ValueError, match="valid choices"):
+        SMALL.model_kwargs("layernorm-everywhere", 2)
+
+
+def test_steps_to_a_level_reads_the_evaluations_along_the_run():
+    r = TrainResult(config={}, evals=[(10, 2.8), (20, 2.3), (30, 2.1)])
+    assert steps_to(r, 2.368) == 20 and steps_to(r, 2.0) is None
+
+
+def test_one_sample_interval_of_per_seed_values():
+    p = one_sample([0.19, 0.2, 0.21, float("nan")])  # 0.2 +- 4.30 x 0.006: beyond 0
+    assert p.mean == pytest.approx(0.2) and p.dropped == 1 and p.resolved
