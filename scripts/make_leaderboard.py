@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def make(bm: board.Benchmark, scale: str, prefix: str, store: str | None, out: Path, corpus) -> None:
     command = " ".join([f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}", "python", *sys.argv])
+    os.environ["NORMLAB_SCALE"] = scale  # the provenance names the scale the runs were made at
     rounds: list = []
     plan = board.round1(bm)
     for k in (1, 2, 3):

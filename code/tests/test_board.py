@@ -1,9 +1,11 @@
 """The leaderboard's protocol: rates chosen on one set of seeds, reported on fresh ones."""
 
+import json
 import math
 
 import pytest
 
+import normlab
 from normlab import board
 from normlab.board import LONG, SIZES, Benchmark, Cell
 from normlab.record import TrainResult, steps_to
@@ -82,3 +84,47 @@ def test_steps_to_a_level_reads_the_evaluations_along_the_run():
 def test_one_sample_interval_of_per_seed_values():
     p = one_sample([0.19, 0.2, 0.21, float("nan")])  # 0.2 +- 4.30 x 0.006: beyond 0
     assert p.mean == pytest.approx(0.2) and p.dropped == 1 and p.resolved
+
+
+TINY = Benchmark(d_model=8, seq=8, batch=2, steps=4, depth=1, lrs=(1e-3, 1e-2), ladder=(1, 2), n_select=1,
+                 n_report=1, ladder_width=2, evals_along=2, n_heads=2, contestants=("pre",))  # fmt: skip
+
+
+def make_boards(tmp_path, corpus):
+    """Every round of TINY trained and saved as scripts/make_leaderboard.py does, in tmp/_data."""
+    from normlab.results import provenance, save_results
+
+    (tmp_path / "_data").mkdir()
+    runs = []
+    for k, make in enumerate(board.rounds(TINY), 1):
+        plan = make(runs)
+        if not plan.entries:
+            break
+        results = normlab.run_many(plan.jobs(), corpus=corpus, workers=1)
+        save_results(tmp_path / "_data" / f"lb-{k}-ci.json", results, {"provenance": provenance(corpus)})
+        runs.append(plan.collect(results))
+    return runs
+
+
+def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again(tmp_path, monkeypatch):
+    corpus = normlab.load_corpus()
+    monkeypatch.chdir(tmp_path)
+    trained = make_boards(tmp_path, corpus)
+    assert len(trained) == 3
+    first = lambda k, plan, runs: [0] if k == 3 else []  # noqa: E731  (one run checks all rounds)
+    got = board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
+    assert got.source == "stored" and "1 of their" in got.why and len(got.runs) == 3
+    path = tmp_path / "_data" / "lb-3-ci.json"
+    payload = json.loads(path.read_text())
+    payload["results"][0]["evals"][-1][1] += 0.5  # what a numerical change in the code would do
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match="make_leaderboard"):
+        board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
+    live = board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
+    assert live.source == "live" and "do not reproduce" in live.why
+    cell = live.plans[2].entries[0][0]
+    assert live.all_runs()[cell, "report"][0].final_val_loss == pytest.approx(
+        trained[2][cell, "report"][0].final_val_loss
+    )
+    (tmp_path / "_data" / "lb-2-ci.json").unlink()
+    assert "no stored board" in board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1).why

@@ -10,17 +10,22 @@ report seeds. `LONG` is the same protocol at ten times the steps, one stored res
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from . import checks
+from .data import Corpus, load_corpus
 from .record import TrainResult
-from .scale import PerScale, seeds
+from .replay import board_path, loss_difference, mismatch
+from .results import load_results
+from .scale import PerScale, get_scale, seeds
 from .stats import median_loss
+from .sweep import run_many
 from .training import TrainConfig
 
 __all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "best_rate", "best_rates",
-           "round1", "round2", "round3", "check_indices"]  # fmt: skip
+           "round1", "round2", "round3", "rounds", "check_indices", "Rounds", "replay_rounds"]  # fmt: skip
 
 # Every contestant is data: the model kwargs that build it, on top of the shared ones.
 CONTESTANTS: dict[str, dict[str, Any]] = {
@@ -220,6 +225,80 @@ def round3(bm: Benchmark, runs1: Runs, runs2: Runs) -> Plan:
                 lr = best_rate(runs2, name, n, bm.ladder_arm, local)
                 entries.append((Cell(name, n, lr, bm.ladder_arm), bm.report_seeds, True))
     return Plan(bm, tuple(entries))
+
+
+def rounds(bm: Benchmark) -> list[Callable[[list[Runs]], Plan]]:
+    """The rounds of ``bm`` as functions of the runs of the rounds before them."""
+    return [lambda _: round1(bm), lambda r: round2(bm, r[0]), lambda r: round3(bm, r[0], r[1])]
+
+
+@dataclass
+class Rounds:
+    """What `replay_rounds` returns: each round's plan and runs, where they came from ("stored" or
+    "live") and why, and the (board, job index, stored, fresh) final losses of the runs checked."""
+
+    plans: list[Plan]
+    runs: list[Runs]
+    source: str
+    why: str
+    checked: list[tuple[str, int, float, float]] = field(default_factory=list)
+    meta: list[dict[str, Any]] = field(default_factory=list)
+
+    def all_runs(self) -> Runs:
+        return {key: rs for runs in self.runs for key, rs in runs.items()}
+
+
+def replay_rounds(bm: Benchmark, name: str, check: Callable[[int, Plan, list[Runs]], Sequence[int]], *,
+                  scale: Optional[str] = None, corpus: Optional[Corpus] = None, tol: float = 0.02,
+                  train_if_stale: bool = True, **sweep: Any) -> Rounds:  # fmt: skip
+    """The rounds of ``bm`` from their stored boards (``<name>-<k>-<scale>.json``, `board_path`), if
+    each holds exactly the runs its round would train given the rounds before it, and the runs that
+    ``check(k, plan, runs so far)`` names in every round, trained again now in one sweep, end
+    within ``tol`` nats of their stored final loss (or diverge as they did). All rounds share one
+    code, so a round may name none when another is checked. Otherwise every round is trained live
+    (or, with ``train_if_stale=False``, a ValueError says how to make the boards again)."""
+    corpus = corpus or load_corpus()
+    scale = scale or get_scale()
+    plans, runs, stored, metas, jobs, why = [], [], [], [], [], ""
+    for k, make in enumerate(rounds(bm), 1):
+        plan = make(runs)
+        if not plan.entries:
+            break
+        path = board_path(f"{name}-{k}", scale)
+        if not path.exists():
+            why = f"no stored board at {path}"
+            break
+        try:
+            results, meta = load_results(path, corpus)
+        except ValueError as error:
+            why = f"{path.name}: {error}"
+            break
+        why = mismatch(plan.jobs(), results) and f"{path.name}: {mismatch(plan.jobs(), results)}"
+        if why:
+            break
+        plans.append(plan), runs.append(plan.collect(results)), stored.append(results), metas.append(meta)
+        jobs += [(k, i, plan.jobs()[i]) for i in check(k, plan, runs)]
+    if not why:
+        fresh = run_many([job for _, _, job in jobs], corpus=corpus, **sweep)
+        checked = [(f"{name}-{k}", i, stored[k - 1][i].final_val_loss, f.final_val_loss)
+                   for (k, i, _), f in zip(jobs, fresh)]  # fmt: skip
+        worst = max(loss_difference(a, b) for *_, a, b in checked)
+        if worst <= tol:
+            n = sum(map(len, stored))
+            note = f"{len(jobs)} of their {n} runs trained again: largest difference {worst:.2g} nats"
+            return Rounds(plans, runs, "stored", note, checked, metas)
+        why = f"they do not reproduce: {len(jobs)} runs trained again differ by up to {worst:.3g} nats (> {tol:g})"
+    if not train_if_stale:
+        raise ValueError(f"the stored boards {name}-*-{scale}.json cannot be used: {why}; make them again "
+                         "with scripts/make_leaderboard.py (see its docstring)")  # fmt: skip
+    print(f"normlab: {name}: {why}; training every round live", file=sys.stderr)
+    plans, runs = [], []
+    for make in rounds(bm):
+        plan = make(runs)
+        if not plan.entries:
+            break
+        plans.append(plan), runs.append(plan.collect(run_many(plan.jobs(), corpus=corpus, **sweep)))
+    return Rounds(plans, runs, "live", why)
 
 
 def check_indices(plan: Plan, every: int = 1, offset: int = 0) -> list[int]:

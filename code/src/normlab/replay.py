@@ -19,7 +19,7 @@ from .scale import get_scale
 from .sweep import run_many
 from .training import TrainConfig
 
-__all__ = ["Replay", "replay_or_run", "stored_sweep", "save_sweep", "board_path"]
+__all__ = ["Replay", "replay_or_run", "stored_sweep", "save_sweep", "board_path", "mismatch", "loss_difference"]
 
 # A chapter's stored boards sit beside it: book/_data/<name>-<scale>.json (chapters run in book/).
 BOARD_DIR = Path("_data")
@@ -41,16 +41,16 @@ class Replay:
     @property
     def largest_difference(self) -> float:
         """The largest |stored - fresh| final loss over the checked runs (0 when both diverged)."""
-        return max((_difference(a, b) for _, a, b in self.checked), default=math.nan)
+        return max((loss_difference(a, b) for _, a, b in self.checked), default=math.nan)
 
 
-def _difference(stored: float, fresh: float) -> float:
+def loss_difference(stored: float, fresh: float) -> float:
     if math.isnan(stored) and math.isnan(fresh):
         return 0.0  # both diverged: the same outcome
     return abs(stored - fresh)
 
 
-def _mismatch(jobs: Sequence[tuple[dict[str, Any], TrainConfig]], stored: list[TrainResult]) -> str:
+def mismatch(jobs: Sequence[tuple[dict[str, Any], TrainConfig]], stored: list[TrainResult]) -> str:
     """Why the stored runs are not these jobs ('' when they are, run for run, in order)."""
     if len(stored) != len(jobs):
         return f"it holds {len(stored)} runs, the sweep has {len(jobs)}"
@@ -104,7 +104,7 @@ def replay_or_run(
     else:
         try:
             stored, meta = load_results(path, corpus)
-            why = _mismatch(jobs, stored)
+            why = mismatch(jobs, stored)
         except ValueError as error:
             why = str(error)
         if not why:
@@ -112,7 +112,7 @@ def replay_or_run(
             _check_indices(check, len(jobs))
             fresh = run_many([jobs[i] for i in check], corpus=corpus, **sweep)
             checked = [(i, stored[i].final_val_loss, f.final_val_loss) for i, f in zip(check, fresh)]
-            worst = max(_difference(a, b) for _, a, b in checked)
+            worst = max(loss_difference(a, b) for _, a, b in checked)
             if worst <= tol:
                 note = f"{len(check)} of its {len(jobs)} runs trained again: largest difference {worst:.2g} nats"
                 return Replay(list(stored), "stored", note, checked, meta)
