@@ -126,5 +126,8 @@ def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again
     assert live.all_runs()[cell, "report"][0].final_val_loss == pytest.approx(
         trained[2][cell, "report"][0].final_val_loss
     )
+    assert board.load_rounds(TINY, "lb", "ci", corpus=corpus).why == "loaded as stored, not checked"
+    with pytest.raises(ValueError, match="at least one"):
+        board.replay_rounds(TINY, "lb", lambda *_: [], scale="ci", corpus=corpus, workers=1)
     (tmp_path / "_data" / "lb-2-ci.json").unlink()
     assert "no stored board" in board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1).why

@@ -24,8 +24,8 @@ from .stats import median_loss
 from .sweep import run_many
 from .training import TrainConfig
 
-__all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "best_rate", "best_rates",
-           "round1", "round2", "round3", "rounds", "check_indices", "Rounds", "replay_rounds"]  # fmt: skip
+__all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "best_rate", "round1", "round2",
+           "round3", "rounds", "check_indices", "Rounds", "replay_rounds", "load_rounds"]  # fmt: skip
 
 # Every contestant is data: the model kwargs that build it, on top of the shared ones.
 CONTESTANTS: dict[str, dict[str, Any]] = {
@@ -183,16 +183,6 @@ def best_rate(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[fl
     return rates[min(range(len(rates)), key=lambda i: (medians[i], i))]
 
 
-def best_rates(bm: Benchmark, runs: Runs) -> dict[tuple[str, int, str], float]:
-    """Every (contestant, depth, arm) of ``runs`` that was tuned, with its chosen rate."""
-    tuned = {(c.name, c.n_layers, c.arm) for c, which in runs if which == "select"}
-    out = {}
-    for name, n, arm in sorted(tuned, key=lambda k: (bm.contestants.index(k[0]), k[1], k[2])):
-        rates = sorted(c.lr for c, which in runs if which == "select" and (c.name, c.n_layers, c.arm) == (name, n, arm))
-        out[name, n, arm] = best_rate(runs, name, n, arm, rates)
-    return out
-
-
 def round1(bm: Benchmark) -> Plan:
     """The rate grid at the sweep depth, in every arm, on the selection seeds."""
     return Plan(bm, tuple((Cell(name, bm.depth, lr, arm), bm.select_seeds, False)
@@ -248,6 +238,38 @@ class Rounds:
         return {key: rs for runs in self.runs for key, rs in runs.items()}
 
 
+def _load(bm: Benchmark, name: str, scale: str, corpus: Corpus, check: Optional[Callable] = None):
+    """The stored rounds that hold exactly the runs their round would train, the runs ``check``
+    names in them, and why loading stopped short ('' when every round loaded)."""
+    plans, runs, stored, metas, jobs = [], [], [], [], []
+    for k, make in enumerate(rounds(bm), 1):
+        plan = make(runs)
+        if not plan.entries:
+            break
+        path = board_path(f"{name}-{k}", scale)
+        if not path.exists():
+            return plans, runs, stored, metas, jobs, f"no stored board at {path}"
+        try:
+            results, meta = load_results(path, corpus)
+        except ValueError as error:
+            return plans, runs, stored, metas, jobs, f"{path.name}: {error}"
+        why = mismatch(plan.jobs(), results)
+        if why:
+            return plans, runs, stored, metas, jobs, f"{path.name}: {why}"
+        plans.append(plan), runs.append(plan.collect(results)), stored.append(results), metas.append(meta)
+        jobs += [(k, i, plan.jobs()[i]) for i in (check(k, plan, runs) if check else [])]
+    return plans, runs, stored, metas, jobs, ""
+
+
+def load_rounds(bm: Benchmark, name: str, scale: str, *, corpus: Optional[Corpus] = None) -> Rounds:
+    """The stored rounds of ``bm`` as they are, with no run trained again (to show another scale's
+    board beside this one's); a ValueError says why when they are not exactly ``bm``'s rounds."""
+    plans, runs, _, metas, _, why = _load(bm, name, scale, corpus or load_corpus())
+    if why:
+        raise ValueError(f"the stored boards {name}-*-{scale}.json are not this benchmark's rounds: {why}")
+    return Rounds(plans, runs, "stored", "loaded as stored, not checked", [], metas)
+
+
 def replay_rounds(bm: Benchmark, name: str, check: Callable[[int, Plan, list[Runs]], Sequence[int]], *,
                   scale: Optional[str] = None, corpus: Optional[Corpus] = None, tol: float = 0.02,
                   train_if_stale: bool = True, **sweep: Any) -> Rounds:  # fmt: skip
@@ -259,25 +281,9 @@ def replay_rounds(bm: Benchmark, name: str, check: Callable[[int, Plan, list[Run
     (or, with ``train_if_stale=False``, a ValueError says how to make the boards again)."""
     corpus = corpus or load_corpus()
     scale = scale or get_scale()
-    plans, runs, stored, metas, jobs, why = [], [], [], [], [], ""
-    for k, make in enumerate(rounds(bm), 1):
-        plan = make(runs)
-        if not plan.entries:
-            break
-        path = board_path(f"{name}-{k}", scale)
-        if not path.exists():
-            why = f"no stored board at {path}"
-            break
-        try:
-            results, meta = load_results(path, corpus)
-        except ValueError as error:
-            why = f"{path.name}: {error}"
-            break
-        why = mismatch(plan.jobs(), results) and f"{path.name}: {mismatch(plan.jobs(), results)}"
-        if why:
-            break
-        plans.append(plan), runs.append(plan.collect(results)), stored.append(results), metas.append(meta)
-        jobs += [(k, i, plan.jobs()[i]) for i in check(k, plan, runs)]
+    plans, runs, stored, metas, jobs, why = _load(bm, name, scale, corpus, check)
+    if not why and not jobs:
+        raise ValueError("check named no run in any round: at least one must be trained again")
     if not why:
         fresh = run_many([job for _, _, job in jobs], corpus=corpus, **sweep)
         checked = [(f"{name}-{k}", i, stored[k - 1][i].final_val_loss, f.final_val_loss)
