@@ -49,7 +49,7 @@ def test_round1_is_the_grid_in_every_arm_and_round2_reports_its_best_on_fresh_se
     runs2 = plan2.collect([fake(2.0 + c.lr) for c, ss, _ in plan2.entries for _ in ss])
     plan3 = board.round3(SMALL, runs1, runs2)
     assert [(c.n_layers, c.lr) for c, _, _ in plan3.entries] == [(1, 1e-3), (4, 1e-3)] * 2
-    assert board.check_indices(plan3, every=2) == [0, 2 * SMALL.n_report]
+    assert plan3.index(plan3.entries[1][0], "report") == SMALL.n_report
 
 
 def test_report_runs_are_evaluated_along_the_run():
@@ -114,6 +114,9 @@ def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again
     first = lambda k, plan, runs: [0] if k == 3 else []  # noqa: E731  (one run checks all rounds)
     got = board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
     assert got.source == "stored" and "1 of their" in got.why and len(got.runs) == 3
+    both = board.replay([board.Stored(TINY, "lb", first, "ci"), board.Stored(TINY, "lb", first, "ci")],
+                        corpus=corpus, workers=1)  # fmt: skip
+    assert [r.source for r in both] == ["stored", "stored"]
     path = tmp_path / "_data" / "lb-3-ci.json"
     payload = json.loads(path.read_text())
     payload["results"][0]["evals"][-1][1] += 0.5  # what a numerical change in the code would do

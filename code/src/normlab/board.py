@@ -25,7 +25,7 @@ from .sweep import run_many
 from .training import TrainConfig
 
 __all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "best_rate", "round1", "round2",
-           "round3", "rounds", "check_indices", "Rounds", "replay_rounds", "load_rounds"]  # fmt: skip
+           "round3", "rounds", "Rounds", "Stored", "replay", "replay_rounds", "load_rounds"]  # fmt: skip
 
 # Every contestant is data: the model kwargs that build it, on top of the shared ones.
 CONTESTANTS: dict[str, dict[str, Any]] = {
@@ -270,51 +270,65 @@ def load_rounds(bm: Benchmark, name: str, scale: str, *, corpus: Optional[Corpus
     return Rounds(plans, runs, "stored", "loaded as stored, not checked", [], metas)
 
 
-def replay_rounds(bm: Benchmark, name: str, check: Callable[[int, Plan, list[Runs]], Sequence[int]], *,
-                  scale: Optional[str] = None, corpus: Optional[Corpus] = None, tol: float = 0.02,
-                  train_if_stale: bool = True, **sweep: Any) -> Rounds:  # fmt: skip
-    """The rounds of ``bm`` from their stored boards (``<name>-<k>-<scale>.json``, `board_path`), if
-    each holds exactly the runs its round would train given the rounds before it, and the runs that
-    ``check(k, plan, runs so far)`` names in every round, trained again now in one sweep, end
-    within ``tol`` nats of their stored final loss (or diverge as they did). All rounds share one
-    code, so a round may name none when another is checked. Otherwise every round is trained live
-    (or, with ``train_if_stale=False``, a ValueError says how to make the boards again)."""
+@dataclass(frozen=True)
+class Stored:
+    """A benchmark's stored boards, as `replay` takes them: ``<name>-<k>-<scale>.json`` (scale None:
+    the current one), the runs ``check(k, plan, runs so far)`` names trained again, and whether a
+    board that cannot be used is trained live (else a ValueError says how to make it again)."""
+
+    bm: Benchmark
+    name: str
+    check: Callable[[int, Plan, list[Runs]], Sequence[int]]
+    scale: Optional[str] = None
+    train_if_stale: bool = True
+
+
+def replay(boards: Sequence[Stored], *, corpus: Optional[Corpus] = None, tol: float = 0.02,
+           **sweep: Any) -> list[Rounds]:  # fmt: skip
+    """The rounds of each of ``boards`` from their stored files, if each holds exactly the runs its
+    round would train given the rounds before it, and the runs its check names in every round,
+    trained again now (those of every board in one sweep, so they share the workers), end within
+    ``tol`` nats of their stored final loss (or diverge as they did). All rounds of a board share one
+    code, so a round may name none when another is checked. A board that fails is trained live,
+    every round (or, with ``train_if_stale=False``, a ValueError says how to make it again)."""
     corpus = corpus or load_corpus()
-    scale = scale or get_scale()
-    plans, runs, stored, metas, jobs, why = _load(bm, name, scale, corpus, check)
-    if not why and not jobs:
-        raise ValueError("check named no run in any round: at least one must be trained again")
-    if not why:
-        fresh = run_many([job for _, _, job in jobs], corpus=corpus, **sweep)
-        checked = [(f"{name}-{k}", i, stored[k - 1][i].final_val_loss, f.final_val_loss)
-                   for (k, i, _), f in zip(jobs, fresh)]  # fmt: skip
-        worst = max(loss_difference(a, b) for *_, a, b in checked)
-        if worst <= tol:
-            n = sum(map(len, stored))
-            note = f"{len(jobs)} of their {n} runs trained again: largest difference {worst:.2g} nats"
-            return Rounds(plans, runs, "stored", note, checked, metas)
-        why = f"they do not reproduce: {len(jobs)} runs trained again differ by up to {worst:.3g} nats (> {tol:g})"
-    if not train_if_stale:
-        raise ValueError(f"the stored boards {name}-*-{scale}.json cannot be used: {why}; make them again "
-                         "with scripts/make_leaderboard.py (see its docstring)")  # fmt: skip
-    print(f"normlab: {name}: {why}; training every round live", file=sys.stderr)
-    plans, runs = [], []
-    for make in rounds(bm):
-        plan = make(runs)
-        if not plan.entries:
-            break
-        plans.append(plan), runs.append(plan.collect(run_many(plan.jobs(), corpus=corpus, **sweep)))
-    return Rounds(plans, runs, "live", why)
+    loaded = [_load(b.bm, b.name, b.scale or get_scale(), corpus, b.check) for b in boards]
+    for b, (*_, jobs, why) in zip(boards, loaded):
+        if not why and not jobs:
+            raise ValueError(f"{b.name}: check named no run in any round: at least one must be trained again")
+    todo = [job for *_, jobs, why in loaded if not why for _, _, job in jobs]
+    fresh = iter(run_many(todo, corpus=corpus, **sweep) if todo else [])
+    out = []
+    for b, (plans, runs, stored, metas, jobs, why) in zip(boards, loaded):
+        scale = b.scale or get_scale()
+        if not why:
+            checked = [(f"{b.name}-{k}", i, stored[k - 1][i].final_val_loss, next(fresh).final_val_loss)
+                       for k, i, _ in jobs]  # fmt: skip
+            worst = max(loss_difference(x, y) for *_, x, y in checked)
+            if worst <= tol:
+                n = sum(map(len, stored))
+                note = f"{len(jobs)} of their {n} runs trained again: largest difference {worst:.2g} nats"
+                out.append(Rounds(plans, runs, "stored", note, checked, metas))
+                continue
+            why = f"they do not reproduce: {len(jobs)} runs trained again differ by up to {worst:.3g} nats (> {tol:g})"
+        if not b.train_if_stale:
+            raise ValueError(f"the stored boards {b.name}-*-{scale}.json cannot be used: {why}; make them again "
+                             "with scripts/make_leaderboard.py (see its docstring)")  # fmt: skip
+        print(f"normlab: {b.name}: {why}; training every round live", file=sys.stderr)
+        plans, runs = [], []
+        for make in rounds(b.bm):
+            plan = make(runs)
+            if not plan.entries:
+                break
+            plans.append(plan), runs.append(plan.collect(run_many(plan.jobs(), corpus=corpus, **sweep)))
+        out.append(Rounds(plans, runs, "live", why))
+    return out
 
 
-def check_indices(plan: Plan, every: int = 1, offset: int = 0) -> list[int]:
-    """Runs of ``plan`` to train again when its stored board is replayed: the first seed of every
-    ``every``-th entry from ``offset`` (a stored board is used only if they reproduce it)."""
-    starts, i = [], 0
-    for _, ss, _ in plan.entries:
-        starts.append(i)
-        i += len(ss)
-    return starts[offset::every]
+def replay_rounds(bm: Benchmark, name: str, check: Callable[[int, Plan, list[Runs]], Sequence[int]], *,
+                  scale: Optional[str] = None, train_if_stale: bool = True, **kwargs: Any) -> Rounds:  # fmt: skip
+    """`replay` of one benchmark's stored boards."""
+    return replay([Stored(bm, name, check, scale, train_if_stale)], **kwargs)[0]
 
 
 SIZES = PerScale(
