@@ -5,7 +5,9 @@ leaderboard-long-<round>-cpu.json). Run it from a clean checkout, one torch thre
 
     OMP_NUM_THREADS=1 python scripts/make_leaderboard.py --scale cpu --long --store /tmp/board-store
 
---store makes it resumable: every finished run is kept there, and a rerun loads it.
+--store makes it resumable: every finished run is kept there, and a rerun loads it. A round whose
+board is already in --out with exactly that round's runs is kept as it is, so rounds committed by an
+earlier session resume on another machine.
 """
 
 from __future__ import annotations
@@ -19,9 +21,21 @@ from pathlib import Path
 
 import normlab
 from normlab import board
-from normlab.results import provenance, save_results
+from normlab.replay import mismatch
+from normlab.results import load_results, provenance, save_results
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _kept(path: Path, plan: board.Plan, corpus):
+    """The results stored at ``path`` if they are exactly ``plan``'s runs, else None."""
+    if not path.exists():
+        return None
+    try:
+        results, _ = load_results(path, corpus)
+    except ValueError:
+        return None
+    return None if mismatch(plan.jobs(), results) else results
 
 
 def make(bm: board.Benchmark, scale: str, prefix: str, store: str | None, out: Path, corpus) -> None:
@@ -33,8 +47,14 @@ def make(bm: board.Benchmark, scale: str, prefix: str, store: str | None, out: P
         if not plan.entries:
             break
         start = time.time()
-        results = normlab.run_many(plan.jobs(), corpus=corpus, store=store, desc=f"{prefix}-{k} at {scale}")
         path = out / f"{prefix}-{k}-{scale}.json"
+        kept = _kept(path, plan, corpus)
+        if kept is not None:  # a round already made (say, committed by an earlier session) is kept
+            print(f"make_leaderboard: {path.name}: kept, it holds exactly this round's runs", flush=True)
+            rounds.append(plan.collect(kept))
+            plan = board.round2(bm, rounds[0]) if k == 1 else board.round3(bm, rounds[0], rounds[1])
+            continue
+        results = normlab.run_many(plan.jobs(), corpus=corpus, store=store, desc=f"{prefix}-{k} at {scale}")
         save_results(path, results, {"provenance": provenance(corpus), "benchmark": dataclasses.asdict(bm),
                                      "round": k, "command": command})  # fmt: skip
         print(f"make_leaderboard: {path.name}: {len(results)} runs, {time.time() - start:.0f} s", flush=True)
