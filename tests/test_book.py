@@ -95,13 +95,13 @@ def test_the_execution_cache_follows_normlab_and_the_stored_results_not_only_the
 
     data = tmp_path / "book" / "_data"
     data.mkdir(parents=True)
-    (data / "leaderboard-cpu.json").write_text("{}")
+    (data / "leaderboard-1-cpu.json").write_text("{}")
     (data / "costs-cpu.json").write_text("{}")
     monkeypatch.setattr(normlab_book, "ROOT", tmp_path)
     key = normlab_book.inputs_key()
     (data / "costs-cpu.json").write_text('{"seconds": {}}')  # a new measurement: chapters unaffected
     assert normlab_book.inputs_key() == key
-    (data / "leaderboard-cpu.json").write_text('{"meta": {}}')  # a new stored board: every chapter again
+    (data / "leaderboard-1-cpu.json").write_text('{"meta": {}}')  # a new stored board: every chapter again
     board_key = normlab_book.inputs_key()
     assert board_key != key
     monkeypatch.setattr("normlab.store.source_hash", lambda: "another normlab")  # an edited package: again

@@ -133,7 +133,7 @@ class Paired:
 
     def interval95(self) -> tuple[float, float]:
         """The two-sided 95% t interval of the mean difference (Student's t with n - 1 degrees of
-        freedom: 4.30 SE on 3 seeds, where `resolved`'s 2 SE is only an ~80% interval)."""
+        freedom: 4.30 SE on 3 seeds, where a plain 2 SE would be only an ~80% interval)."""
         return (self.mean - t_critical95(self.diffs.size - 1) * self.se,
                 self.mean + t_critical95(self.diffs.size - 1) * self.se)  # fmt: skip
 
