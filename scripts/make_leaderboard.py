@@ -7,13 +7,18 @@ leaderboard-long-<round>-cpu.json). Run it from a clean checkout, one torch thre
 
 --store makes it resumable: every finished run is kept there, and a rerun loads it. A round whose
 board is already in --out with exactly that round's runs is kept as it is, so rounds committed by an
-earlier session resume on another machine.
+earlier session resume on another machine. With --reuse, a run that a board already in --out holds
+(the same model and training config, run for run) is taken from it instead of trained again: only
+sound when normlab's training code has not changed since that board was made (compare the
+``normlab_source`` of its provenance, or the git log of code/src), and checked by training
+--verify of the reused runs again; each round's metadata names the boards it reused runs from.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -21,8 +26,9 @@ from pathlib import Path
 
 import normlab
 from normlab import board
-from normlab.replay import mismatch
-from normlab.results import load_results, provenance, save_results
+from normlab.replay import loss_difference, mismatch
+from normlab.results import encode_model, load_results, provenance, save_results
+from normlab.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,28 +44,66 @@ def _kept(path: Path, plan: board.Plan, corpus):
     return None if mismatch(plan.jobs(), results) else results
 
 
-def make(bm: board.Benchmark, scale: str, prefix: str, store: str | None, out: Path, corpus) -> None:
+def _key(model: dict, config: dict) -> str:
+    """One run's identity: its model and its training config (a field added to TrainConfig after a
+    run was stored reads as its default, as `normlab.replay.mismatch` reads it)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    return json.dumps([encode_model(model), {**defaults, **config}], sort_keys=True, default=str)
+
+
+def _reusable(out: Path, prefix: str, scale: str, corpus) -> dict[str, tuple[object, str]]:
+    """Every run of the boards ``<prefix>-<k>-<scale>.json`` in ``out``, by `_key`, with its board's
+    name and revision (read before any round is written again)."""
+    found = {}
+    for path in sorted(out.glob(f"{prefix}-[0-9]-{scale}.json")):
+        results, meta = load_results(path, corpus)
+        made = f"{path.name} (made at {meta.get('provenance', {}).get('revision', '?')})"
+        found.update({_key(r.model, r.config): (r, made) for r in results})
+    return found
+
+
+def make(bm: board.Benchmark, scale: str, prefix: str, store: str | None, out: Path, corpus, reuse: bool,
+         verify: int) -> None:  # fmt: skip
     command = " ".join([f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}", "python", *sys.argv])
     os.environ["NORMLAB_SCALE"] = scale  # the provenance names the scale the runs were made at
+    old = _reusable(out, prefix, scale, corpus) if reuse else {}
     rounds: list = []
-    plan = board.round1(bm)
-    for k in (1, 2, 3):
-        if not plan.entries:
-            break
+    for k, make_plan in enumerate(board.rounds(bm), 1):
+        plan = make_plan(rounds)
         start = time.time()
         path = out / f"{prefix}-{k}-{scale}.json"
+        if not plan.entries:  # an empty round (nothing to widen) has no board
+            path.unlink(missing_ok=True)
+            print(f"make_leaderboard: round {k} at {scale} has no runs", flush=True)
+            rounds.append({})
+            continue
         kept = _kept(path, plan, corpus)
         if kept is not None:  # a round already made (say, committed by an earlier session) is kept
             print(f"make_leaderboard: {path.name}: kept, it holds exactly this round's runs", flush=True)
             rounds.append(plan.collect(kept))
-            plan = board.round2(bm, rounds[0]) if k == 1 else board.round3(bm, rounds[0], rounds[1])
             continue
-        results = normlab.run_many(plan.jobs(), corpus=corpus, store=store, desc=f"{prefix}-{k} at {scale}")
-        save_results(path, results, {"provenance": provenance(corpus), "benchmark": dataclasses.asdict(bm),
-                                     "round": k, "command": command})  # fmt: skip
-        print(f"make_leaderboard: {path.name}: {len(results)} runs, {time.time() - start:.0f} s", flush=True)
+        jobs = plan.jobs()
+        hits = [old.get(_key(m, dataclasses.asdict(c))) for m, c in jobs]
+        todo = [i for i, h in enumerate(hits) if h is None]
+        again = [i for i, h in enumerate(hits) if h is not None][:: max(1, sum(h is not None for h in hits) // verify)][
+            :verify] if verify else []  # fmt: skip
+        fresh = normlab.run_many([jobs[i] for i in todo + again], corpus=corpus, store=store,
+                                 desc=f"{prefix}-{k} at {scale}")  # fmt: skip
+        results = [h[0] if h else None for h in hits]
+        for i, r in zip(todo, fresh):
+            results[i] = r
+        for i, r in zip(again, fresh[len(todo) :]):
+            worst = loss_difference(results[i].final_val_loss, r.final_val_loss)
+            if worst > 1e-3:
+                sys.exit(f"make_leaderboard: reused run {i} of round {k} does not reproduce ({worst:.3g} nats): "
+                         "normlab's training changed since its board was made; run without --reuse")  # fmt: skip
+        reused = sorted({h[1] for h in hits if h})
+        meta = {"provenance": provenance(corpus), "benchmark": dataclasses.asdict(bm), "round": k, "command": command,
+                "reused": {"runs": len(jobs) - len(todo), "from": reused, "verified": len(again)}}  # fmt: skip
+        save_results(path, results, meta)
+        print(f"make_leaderboard: {path.name}: {len(results)} runs ({len(todo)} trained, {len(jobs) - len(todo)} "
+              f"reused, {len(again)} of them verified), {time.time() - start:.0f} s", flush=True)  # fmt: skip
         rounds.append(plan.collect(results))
-        plan = board.round2(bm, rounds[0]) if k == 1 else board.round3(bm, rounds[0], rounds[1])
 
 
 def main() -> None:
@@ -68,6 +112,8 @@ def main() -> None:
     parser.add_argument("--long", action="store_true", help="also the long budget, normlab.board.LONG")
     parser.add_argument("--store", help="a directory that keeps finished runs, so a rerun resumes")
     parser.add_argument("--out", type=Path, default=ROOT / "book" / "_data")
+    parser.add_argument("--reuse", action="store_true", help="take runs the boards in --out already hold")
+    parser.add_argument("--verify", type=int, default=4, help="reused runs per round trained again to check them")
     args = parser.parse_args()
     if not args.scale and not args.long:
         parser.error("nothing to make: give --scale and/or --long")
@@ -75,9 +121,18 @@ def main() -> None:
     if normlab.seed_base() != 0:
         sys.exit("make_leaderboard: the stored boards are for seed base 0; unset NORMLAB_SEED_BASE")
     if args.long:
-        make(board.LONG, "cpu", "leaderboard-long", args.store, args.out, corpus)
+        make(board.LONG, "cpu", "leaderboard-long", args.store, args.out, corpus, args.reuse, args.verify)
     if args.scale:
-        make(board.SIZES.get(args.scale), args.scale, "leaderboard", args.store, args.out, corpus)
+        make(
+            board.SIZES.get(args.scale),
+            args.scale,
+            "leaderboard",
+            args.store,
+            args.out,
+            corpus,
+            args.reuse,
+            args.verify,
+        )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ SMALL = Benchmark(d_model=16, seq=8, batch=2, steps=10, depth=2, lrs=(1e-3, 1e-2
 
 
 def fake(loss: float) -> TrainResult:
+    """A finished run ending at ``loss`` (NaN: diverged; above 3.4, 0.1 below the unigram level: stalled)."""
     status = "diverged" if math.isnan(loss) else "completed"
-    return TrainResult(config={}, status=status, evals=[(10, 3.0)] if math.isnan(loss) else [(10, loss)])
+    evals = [(10, 3.0)] if math.isnan(loss) else [(10, loss)]
+    return TrainResult(config={}, status=status, evals=evals, initial_val=5.5, unigram_val=3.5)
 
 
 def test_rates_are_chosen_on_seeds_that_never_report():
@@ -47,9 +49,50 @@ def test_round1_is_the_grid_in_every_arm_and_round2_reports_its_best_on_fresh_se
     assert {c.n_layers for c in ladder} == {1, 4} and {c.lr for c in ladder} == set(SMALL.lrs)  # 3 around 1e-1
     assert {c.arm for c in ladder} == {"warmup"}
     runs2 = plan2.collect([fake(2.0 + c.lr) for c, ss, _ in plan2.entries for _ in ss])
-    plan3 = board.round3(SMALL, runs1, runs2)
-    assert [(c.n_layers, c.lr) for c, _, _ in plan3.entries] == [(1, 1e-3), (4, 1e-3)] * 2
-    assert plan3.index(plan3.entries[1][0], "report") == SMALL.n_report
+    assert board.round3(SMALL, runs1, runs2).entries == ()  # the window is the whole grid: nothing to widen
+    plan4 = board.round4(SMALL, runs1, runs2, {})
+    assert [(c.n_layers, c.lr) for c, _, _ in plan4.entries] == [(1, 1e-3), (4, 1e-3)] * 2
+    assert plan4.index(plan4.entries[1][0], "report") == SMALL.n_report
+
+
+def select(bm: Benchmark, losses: dict) -> dict:
+    """Selection runs of pre-LN at 2 blocks in the warmup arm: rate -> per-seed final losses."""
+    return {(Cell("pre", 2, lr, "warmup"), "select"): [fake(v) for v in vs] for lr, vs in losses.items()}
+
+
+def test_a_rate_where_a_selection_seed_stalled_is_not_chosen_for_its_median():
+    # 1e-2 has the lowest median, but one seed of three stalled there (3.45: within 0.1 of the unigram)
+    runs = select(SIZES.get("cpu"), {1e-3: [2.5, 2.5, 2.5], 1e-2: [2.3, 2.3, 3.45], 1e-1: [float("nan")] * 3})
+    assert board.trained_rates(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1)) == [1e-3]
+    assert board.best_rate(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1)) == 1e-3
+    # where no rate trained on every seed, the lowest median wins (a diverged run is worst)
+    runs = select(SIZES.get("cpu"), {1e-3: [3.45, 2.5], 1e-2: [2.3, 3.45], 1e-1: [float("nan"), 2.0]})
+    assert board.best_rate(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1)) == 1e-2
+
+
+WIDE = Benchmark(d_model=16, seq=8, batch=2, steps=10, depth=1, lrs=(1e-4, 1e-3, 1e-2, 1e-1, 1.0), ladder=(1, 2),
+                 n_select=2, n_report=1, arms=("warmup",), contestants=("pre",))  # fmt: skip
+
+
+def widened(window_losses: dict, extra: dict) -> tuple[tuple[float, ...], float]:
+    """Rung 2's widening and final choice, pre-LN's best rate at the sweep depth being 1e-2."""
+    runs1 = {(Cell("pre", 1, lr, "warmup"), "select"): [fake(2.0 if lr == 1e-2 else 2.5)] * 2 for lr in WIDE.lrs}
+    runs2 = select(WIDE, window_losses)
+    plan3 = board.round3(WIDE, runs1, runs2)
+    runs3 = select(WIDE, extra)
+    assert set(runs3) == {(c, "select") for c, _, _ in plan3.entries}
+    ((cell, _, _),) = board.round4(WIDE, runs1, runs2, runs3).entries
+    return tuple(c.lr for c, _, _ in plan3.entries), cell.lr
+
+
+def test_a_rung_whose_choice_sits_on_its_window_edge_gets_the_next_grid_rate():
+    assert WIDE.local_rates(1e-2) == (1e-3, 1e-2, 1e-1)
+    assert widened({1e-3: [2.6, 2.6], 1e-2: [2.4, 2.4], 1e-1: [2.5, 2.5]}, {}) == ((), 1e-2)  # inside
+    assert widened({1e-3: [2.6, 2.6], 1e-2: [2.5, 2.5], 1e-1: [2.4, 2.4]}, {1.0: [2.3, 2.3]}) == ((1.0,), 1.0)
+    assert widened({1e-3: [2.4, 2.4], 1e-2: [2.5, 2.5], 1e-1: [2.6, 2.6]}, {1e-4: [2.5, 2.5]}) == ((1e-4,), 1e-3)
+    # nothing in the window trained on every seed: one rate below, which does
+    stalls = {1e-3: [3.45, 2.6], 1e-2: [2.5, 3.45], 1e-1: [float("nan")] * 2}
+    assert widened(stalls, {1e-4: [2.9, 2.9]}) == ((1e-4,), 1e-4)
 
 
 def test_report_runs_are_evaluated_along_the_run():
@@ -60,7 +103,7 @@ def test_report_runs_are_evaluated_along_the_run():
 
 def test_local_rates_shift_inwards_at_the_grid_ends():
     bm = SIZES.get("cpu")
-    assert bm.local_rates(1e-3) == (1e-3, 3e-3, 1e-2)
+    assert bm.local_rates(3e-4) == (3e-4, 1e-3, 3e-3)
     assert bm.local_rates(1e-2) == (3e-3, 1e-2, 3e-2)
     assert bm.local_rates(1e-1) == (1e-2, 3e-2, 1e-1)
 
@@ -98,8 +141,9 @@ def make_boards(tmp_path, corpus):
     runs = []
     for k, make in enumerate(board.rounds(TINY), 1):
         plan = make(runs)
-        if not plan.entries:
-            break
+        if not plan.entries:  # TINY's window is its whole grid: round 3 widens nothing
+            runs.append({})
+            continue
         results = normlab.run_many(plan.jobs(), corpus=corpus, workers=1)
         save_results(tmp_path / "_data" / f"lb-{k}-ci.json", results, {"provenance": provenance(corpus)})
         runs.append(plan.collect(results))
@@ -110,14 +154,14 @@ def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again
     corpus = normlab.load_corpus()
     monkeypatch.chdir(tmp_path)
     trained = make_boards(tmp_path, corpus)
-    assert len(trained) == 3
-    first = lambda k, plan, runs: [0] if k == 3 else []  # noqa: E731  (one run checks all rounds)
+    assert len(trained) == 4 and trained[2] == {} and not (tmp_path / "_data" / "lb-3-ci.json").exists()
+    first = lambda k, plan, runs: [0] if k == 4 else []  # noqa: E731  (one run checks all rounds)
     got = board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
-    assert got.source == "stored" and "1 of their" in got.why and len(got.runs) == 3
+    assert got.source == "stored" and "1 of their" in got.why and len(got.runs) == 4
     both = board.replay([board.Stored(TINY, "lb", first, "ci"), board.Stored(TINY, "lb", first, "ci")],
                         corpus=corpus, workers=1)  # fmt: skip
     assert [r.source for r in both] == ["stored", "stored"]
-    path = tmp_path / "_data" / "lb-3-ci.json"
+    path = tmp_path / "_data" / "lb-4-ci.json"
     payload = json.loads(path.read_text())
     payload["results"][0]["evals"][-1][1] += 0.5  # what a numerical change in the code would do
     path.write_text(json.dumps(payload))
@@ -125,9 +169,9 @@ def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again
         board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
     live = board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
     assert live.source == "live" and "do not reproduce" in live.why
-    cell = live.plans[2].entries[0][0]
+    cell = live.plans[3].entries[0][0]
     assert live.all_runs()[cell, "report"][0].final_val_loss == pytest.approx(
-        trained[2][cell, "report"][0].final_val_loss
+        trained[3][cell, "report"][0].final_val_loss
     )
     assert board.load_rounds(TINY, "lb", "ci", corpus=corpus).why == "loaded as stored, not checked"
     with pytest.raises(ValueError, match="at least one"):

@@ -4,8 +4,10 @@ of runs that choose each contestant's learning rate on one set of seeds and repo
 A benchmark is data (`Benchmark`); a round is a `Plan`, a list of cells (contestant, depth, peak rate,
 warmup arm) each trained on a set of seeds. Round 1 is the rate grid at the sweep depth on the
 selection seeds; round 2 what round 1 chose: the report runs at the sweep depth on fresh seeds, and
-the depth ladder's local rate grids on the selection seeds; round 3 the ladder's chosen rates on the
-report seeds. `LONG` is the same protocol at ten times the steps, one stored result at every scale.
+the depth ladder's local rate grids on the selection seeds; round 3 widens a rung's window by the next
+grid rate where its choice sits on the window's edge (or nothing in it trained); round 4 reports the
+ladder's chosen rates on the report seeds. `LONG` is the same protocol at ten times the steps, one
+stored result at every scale.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from . import checks
 from .data import Corpus, load_corpus
-from .record import TrainResult
+from .record import TrainResult, classify_outcome
 from .replay import board_path, loss_difference, mismatch
 from .results import load_results
 from .scale import PerScale, get_scale, seeds
@@ -25,8 +27,8 @@ from .sweep import run_many
 from .training import TrainConfig
 
 __all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "LONG_CONTESTANTS", "best_rate",
-           "round1", "round2", "round3", "rounds", "Rounds", "Stored", "replay", "replay_rounds",
-           "load_rounds"]  # fmt: skip
+           "trained_rates", "rung_rates", "round1", "round2", "round3", "round4", "rounds", "Rounds", "Stored",
+           "replay", "replay_rounds", "load_rounds"]  # fmt: skip
 
 # Every contestant is data: the model kwargs that build it, on top of the shared ones.
 CONTESTANTS: dict[str, dict[str, Any]] = {
@@ -176,18 +178,34 @@ class Plan:
 Runs = dict[tuple[Cell, str], list[TrainResult]]
 
 
+def trained_rates(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[float]) -> list[float]:
+    """The rates of ``rates`` at which every selection seed trained (`classify_outcome`)."""
+
+    def trained(lr: float) -> bool:
+        return all(classify_outcome(r) == "trained" for r in runs[Cell(name, n_layers, lr, arm), "select"])
+
+    return [lr for lr in rates if trained(lr)]
+
+
 def best_rate(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[float]) -> float:
-    """The rate of ``rates`` with the lowest median final loss over the selection seeds (a diverged
-    run counts as worse than any finished one; ties go to the lower rate)."""
-    medians = [median_loss([r.final_val_loss for r in runs[Cell(name, n_layers, lr, arm), "select"]])
-               for lr in rates]  # fmt: skip
-    return rates[min(range(len(rates)), key=lambda i: (medians[i], i))]
+    """The rate with the lowest median final loss over the selection seeds, among the rates at which
+    every selection seed trained (among all of ``rates`` when none did: a diverged run counts as worse
+    than any finished one); ties go to the lower rate. Without the first condition a median over two or
+    three seeds can choose a rate where one of them stalls, and the fresh seeds then stall there too."""
+    candidates = trained_rates(runs, name, n_layers, arm, rates) or list(rates)
+    medians = {lr: median_loss([r.final_val_loss for r in runs[Cell(name, n_layers, lr, arm), "select"]])
+               for lr in candidates}  # fmt: skip
+    return min(candidates, key=lambda lr: (medians[lr], lr))
 
 
 def round1(bm: Benchmark) -> Plan:
     """The rate grid at the sweep depth, in every arm, on the selection seeds."""
     return Plan(bm, tuple((Cell(name, bm.depth, lr, arm), bm.select_seeds, False)
                           for name in bm.contestants for arm in bm.arms for lr in bm.lrs))  # fmt: skip
+
+
+def _rungs(bm: Benchmark) -> tuple[int, ...]:
+    return tuple(n for n in bm.ladder if n != bm.depth)
 
 
 def round2(bm: Benchmark, runs1: Runs) -> Plan:
@@ -200,27 +218,53 @@ def round2(bm: Benchmark, runs1: Runs) -> Plan:
             best = best_rate(runs1, name, bm.depth, arm, bm.lrs)
             entries.append((Cell(name, bm.depth, best, arm), bm.report_seeds, True))
         local = bm.local_rates(best_rate(runs1, name, bm.depth, bm.ladder_arm, bm.lrs))
-        for n in bm.ladder:
-            if n != bm.depth:
-                entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False) for lr in local]
+        entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False) for n in _rungs(bm) for lr in local]
     return Plan(bm, tuple(entries))
 
 
+def _widen(bm: Benchmark, runs2: Runs, name: str, n: int, local: Sequence[float]) -> tuple[float, ...]:
+    """The grid rates added to rung ``n``'s window: the next one beyond the edge its choice sits on,
+    and the next one below when no rate of the window trained on every selection seed."""
+    best, arm = best_rate(runs2, name, n, bm.ladder_arm, local), bm.ladder_arm
+    lo, hi = bm.lrs.index(local[0]), bm.lrs.index(local[-1])
+    below = best == local[0] or not trained_rates(runs2, name, n, arm, local)
+    above = best == local[-1]
+    return bm.lrs[lo - 1 : lo] * (below and lo > 0) + bm.lrs[hi + 1 : hi + 2] * above
+
+
+def rung_rates(bm: Benchmark, runs: Runs, name: str, n: int) -> tuple[float, ...]:
+    """Every rate tried at rung ``n`` of ``name``'s ladder (the local window and its widening), in
+    increasing order; ``runs`` holds rounds 1 to 3 (or more)."""
+    local = bm.local_rates(best_rate(runs, name, bm.depth, bm.ladder_arm, bm.lrs))
+    return tuple(lr for lr in bm.lrs if lr in local or (Cell(name, n, lr, bm.ladder_arm), "select") in runs)
+
+
 def round3(bm: Benchmark, runs1: Runs, runs2: Runs) -> Plan:
-    """The ladder's chosen rates on the report seeds (the sweep depth's report runs are round 2's)."""
+    """Each rung's window widened (`_widen`) by the next grid rate, on the selection seeds."""
     entries = []
     for name in bm.contestants:
         local = bm.local_rates(best_rate(runs1, name, bm.depth, bm.ladder_arm, bm.lrs))
-        for n in bm.ladder:
-            if n != bm.depth:
-                lr = best_rate(runs2, name, n, bm.ladder_arm, local)
-                entries.append((Cell(name, n, lr, bm.ladder_arm), bm.report_seeds, True))
+        for n in _rungs(bm):
+            entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False)
+                        for lr in _widen(bm, runs2, name, n, local)]  # fmt: skip
+    return Plan(bm, tuple(entries))
+
+
+def round4(bm: Benchmark, runs1: Runs, runs2: Runs, runs3: Runs) -> Plan:
+    """The ladder's chosen rates on the report seeds (the sweep depth's report runs are round 2's)."""
+    runs = {**runs1, **runs2, **runs3}
+    entries = []
+    for name in bm.contestants:
+        for n in _rungs(bm):
+            lr = best_rate(runs, name, n, bm.ladder_arm, rung_rates(bm, runs, name, n))
+            entries.append((Cell(name, n, lr, bm.ladder_arm), bm.report_seeds, True))
     return Plan(bm, tuple(entries))
 
 
 def rounds(bm: Benchmark) -> list[Callable[[list[Runs]], Plan]]:
-    """The rounds of ``bm`` as functions of the runs of the rounds before them."""
-    return [lambda _: round1(bm), lambda r: round2(bm, r[0]), lambda r: round3(bm, r[0], r[1])]
+    """The rounds of ``bm`` as functions of the runs of the rounds before them (a round may be empty)."""
+    return [lambda _: round1(bm), lambda r: round2(bm, r[0]), lambda r: round3(bm, r[0], r[1]),
+            lambda r: round4(bm, r[0], r[1], r[2])]  # fmt: skip
 
 
 @dataclass
@@ -245,8 +289,9 @@ def _load(bm: Benchmark, name: str, scale: str, corpus: Corpus, check: Optional[
     plans, runs, stored, metas, jobs = [], [], [], [], []
     for k, make in enumerate(rounds(bm), 1):
         plan = make(runs)
-        if not plan.entries:
-            break
+        if not plan.entries:  # nothing to widen, say: a round with no runs has no board
+            plans.append(plan), runs.append({}), stored.append([]), metas.append({})
+            continue
         path = board_path(f"{name}-{k}", scale)
         if not path.exists():
             return plans, runs, stored, metas, jobs, f"no stored board at {path}"
@@ -319,9 +364,8 @@ def replay(boards: Sequence[Stored], *, corpus: Optional[Corpus] = None, tol: fl
         plans, runs = [], []
         for make in rounds(b.bm):
             plan = make(runs)
-            if not plan.entries:
-                break
-            plans.append(plan), runs.append(plan.collect(run_many(plan.jobs(), corpus=corpus, **sweep)))
+            results = run_many(plan.jobs(), corpus=corpus, **sweep) if plan.entries else []
+            plans.append(plan), runs.append(plan.collect(results))
         out.append(Rounds(plans, runs, "live", why))
     return out
 
@@ -332,10 +376,12 @@ def replay_rounds(bm: Benchmark, name: str, check: Callable[[int, Plan, list[Run
     return replay([Stored(bm, name, check, scale, train_if_stale)], **kwargs)[0]
 
 
+# Each grid reaches one rate below the lowest that a contestant chose on the grid before it (post-LN,
+# DeepNorm and Admin chose 3e-3 at ci and 1e-3 at cpu, the bottom), so no choice sits on its floor.
 SIZES = PerScale(
-    ci=Benchmark(d_model=32, seq=32, batch=16, steps=100, depth=4, lrs=(3e-3, 1e-2, 3e-2, 1e-1, 3e-1),
+    ci=Benchmark(d_model=32, seq=32, batch=16, steps=100, depth=4, lrs=(1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1),
                  ladder=(2, 4, 8), n_select=2, n_report=5),
-    cpu=Benchmark(d_model=64, seq=32, batch=16, steps=200, depth=6, lrs=(1e-3, 3e-3, 1e-2, 3e-2, 1e-1),
+    cpu=Benchmark(d_model=64, seq=32, batch=16, steps=200, depth=6, lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1),
                   ladder=(3, 6, 12), n_select=3, n_report=5),
     gpu=Benchmark(d_model=128, seq=64, batch=32, steps=300, depth=6, lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
                   ladder=(3, 6, 12), n_select=3, n_report=5),
