@@ -1,4 +1,4 @@
-"""Chapter 9's stored boards, made again: the three rounds of `normlab.board` at a scale (and, with
+"""Chapter 9's stored boards, made again: the four rounds of `normlab.board` at a scale (and, with
 --long, the long budget `normlab.board.LONG`), trained with `run_many` on one worker per core, each
 round saved with its provenance as book/_data/leaderboard-<round>-<scale>.json (the long budget as
 leaderboard-long-<round>-cpu.json). Run it from a clean checkout, one torch thread per process:
@@ -108,7 +108,7 @@ def make(bm: board.Benchmark, scale: str, prefix: str, store: str | None, out: P
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", choices=normlab.SCALES, help="the scale's three rounds (leave out for --long only)")
+    parser.add_argument("--scale", choices=normlab.SCALES, help="the scale's four rounds (leave out for --long only)")
     parser.add_argument("--long", action="store_true", help="also the long budget, normlab.board.LONG")
     parser.add_argument("--store", help="a directory that keeps finished runs, so a rerun resumes")
     parser.add_argument("--out", type=Path, default=ROOT / "book" / "_data")

@@ -178,3 +178,44 @@ def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again
         board.replay_rounds(TINY, "lb", lambda *_: [], scale="ci", corpus=corpus, workers=1)
     (tmp_path / "_data" / "lb-2-ci.json").unlink()
     assert "no stored board" in board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1).why
+
+
+def load_script(name: str):
+    """A script of scripts/ as a module (they are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_leaderboard_reuses_stored_runs_checks_them_and_refuses_ones_that_do_not_reproduce(tmp_path, monkeypatch):
+    import dataclasses
+    import functools
+
+    ml = load_script("make_leaderboard")
+    monkeypatch.setenv("NORMLAB_SCALE", "ci")
+    monkeypatch.setattr(ml.normlab, "run_many", functools.partial(normlab.run_many, workers=1))
+    corpus, out = normlab.load_corpus(), tmp_path / "_data"
+    out.mkdir()
+    ml.make(TINY, "ci", "lb", None, out, corpus, reuse=False, verify=0)
+    first = {k: json.loads((out / f"lb-{k}-ci.json").read_text()) for k in (1, 2, 4)}
+    # a grid with one more rate: round 1 holds its old runs and two new ones
+    wider = dataclasses.replace(TINY, lrs=(1e-3, 3e-3, 1e-2))
+    ml.make(wider, "ci", "lb", None, out, corpus, reuse=True, verify=1)
+    meta = json.loads((out / "lb-1-ci.json").read_text())["meta"]
+    assert meta["reused"]["runs"] == len(first[1]["results"]) and meta["reused"]["verified"] == 1
+    revision = first[1]["meta"]["provenance"]["revision"]
+    assert meta["reused"]["from"] == [f"lb-1-ci.json (made at {revision})"]
+    # a stored run that the training code no longer reproduces stops the script
+    payload = json.loads((out / "lb-1-ci.json").read_text())
+    for r in payload["results"]:
+        r["evals"][-1][1] += 0.5
+    (out / "lb-1-ci.json").write_text(json.dumps(payload))
+    (out / "lb-2-ci.json").unlink()
+    with pytest.raises(SystemExit, match="does not reproduce"):
+        ml.make(dataclasses.replace(TINY, lrs=(1e-3, 3e-3, 1e-2, 3e-2)), "ci", "lb", None, out, corpus, reuse=True,
+                verify=100)  # fmt: skip

@@ -14,6 +14,8 @@ def test_a_paired_difference_by_hand():
     assert p.mean == pytest.approx(0.04) and p.se == pytest.approx(0.01 / math.sqrt(3))
     assert p.resolved and p.dropped == 0
     assert p.describe().startswith("+0.040 +- 0.006 (SE, 3 seeds")
+    lo, hi = p.interval95()
+    assert p.interval_text() == f"+0.040 ({lo:+.3f}, {hi:+.3f})"
 
 
 def test_a_shared_seed_effect_cancels_in_the_pairs_and_not_in_the_pooled_spread():

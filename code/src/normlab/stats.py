@@ -137,6 +137,11 @@ class Paired:
         return (self.mean - t_critical95(self.diffs.size - 1) * self.se,
                 self.mean + t_critical95(self.diffs.size - 1) * self.se)  # fmt: skip
 
+    def interval_text(self, digits: int = 3) -> str:
+        """The mean and its 95% interval, as the chapters print a gap: "+0.112 (+0.105, +0.119)"."""
+        lo, hi = self.interval95()
+        return f"{self.mean:+.{digits}f} ({lo:+.{digits}f}, {hi:+.{digits}f})"
+
     def describe(self, digits: int = 3) -> str:
         """E.g. "+0.036 +- 0.012 (SE, 5 seeds; per seed +0.021 .. +0.052)"."""
         if self.diffs.size == 0:
