@@ -85,7 +85,9 @@ def test_the_readmes_measured_numbers_are_the_stored_measurements():
     assert result.returncode == 0, result.stderr
     readme = (ROOT / "README.md").read_text()
     assert readme.count("<!-- generated: ") == 3
-    assert "557 s" not in readme and "530 s" not in readme  # the numbers of earlier books
+    # the hand-written numbers of earlier books, outside the generated blocks (a measurement may repeat one)
+    written = re.sub(r"<!-- generated: .*?<!-- end generated -->", "", readme, flags=re.S)
+    assert "557 s" not in written and "530 s" not in written
 
 
 def test_the_execution_cache_follows_normlab_and_the_stored_results_not_only_the_notebooks(monkeypatch, tmp_path):
