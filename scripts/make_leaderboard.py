@@ -26,9 +26,8 @@ from pathlib import Path
 
 import normlab
 from normlab import board
-from normlab.replay import loss_difference, mismatch
+from normlab.replay import config_with_defaults, loss_difference, mismatch
 from normlab.results import encode_model, load_results, provenance, save_results
-from normlab.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,8 +46,7 @@ def _kept(path: Path, plan: board.Plan, corpus):
 def _key(model: dict, config: dict) -> str:
     """One run's identity: its model and its training config (a field added to TrainConfig after a
     run was stored reads as its default, as `normlab.replay.mismatch` reads it)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    return json.dumps([encode_model(model), {**defaults, **config}], sort_keys=True, default=str)
+    return json.dumps([encode_model(model), config_with_defaults(config)], sort_keys=True, default=str)
 
 
 def _reusable(out: Path, prefix: str, scale: str, corpus) -> dict[str, tuple[object, str]]:

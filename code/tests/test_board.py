@@ -30,7 +30,7 @@ def test_rates_are_chosen_on_seeds_that_never_report():
 
 def test_the_long_budget_keeps_its_seeds_under_another_seed_base(monkeypatch):
     monkeypatch.setenv("NORMLAB_SEED_BASE", "700")
-    assert LONG.select_seeds == (0, 1) and LONG.report_seeds == (2, 3, 4)
+    assert LONG.select_seeds == (0, 1) and LONG.report_seeds == (2, 3, 4, 5, 6)
     assert SMALL.select_seeds == (700, 701)
 
 
@@ -93,6 +93,18 @@ def test_a_rung_whose_choice_sits_on_its_window_edge_gets_the_next_grid_rate():
     # nothing in the window trained on every seed: one rate below, which does
     stalls = {1e-3: [3.45, 2.6], 1e-2: [2.5, 3.45], 1e-1: [float("nan")] * 2}
     assert widened(stalls, {1e-4: [2.9, 2.9]}) == ((1e-4,), 1e-4)
+    # stalled everywhere with the lowest median on the top edge: still only downwards, and labelled
+    stalls = {1e-3: [3.46, 3.46], 1e-2: [3.45, 3.45], 1e-1: [3.44, 3.44]}
+    assert widened(stalls, {1e-4: [3.47, 3.47]}) == ((1e-4,), 1e-1)
+
+
+def test_a_rung_is_stalled_only_when_no_rate_tried_there_trained_on_every_seed():
+    runs1 = {(Cell("pre", 1, lr, "warmup"), "select"): [fake(2.0 if lr == 1e-2 else 2.5)] * 2 for lr in WIDE.lrs}
+    stalls = select(WIDE, {1e-4: [3.47, 3.47], 1e-3: [3.46, 2.6], 1e-2: [3.45, 3.45], 1e-1: [float("nan")] * 2})
+    assert board.rung_stalled(WIDE, {**runs1, **stalls}, "pre", 2)
+    stalls[Cell("pre", 2, 1e-4, "warmup"), "select"] = [fake(2.9)] * 2
+    assert not board.rung_stalled(WIDE, {**runs1, **stalls}, "pre", 2)
+    assert not board.rung_stalled(WIDE, runs1, "pre", 1)  # the sweep depth: the whole grid
 
 
 def test_report_runs_are_evaluated_along_the_run():

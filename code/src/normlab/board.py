@@ -5,7 +5,7 @@ A benchmark is data (`Benchmark`); a round is a `Plan`, a list of cells (contest
 warmup arm) each trained on a set of seeds. Round 1 is the rate grid at the sweep depth on the
 selection seeds; round 2 what round 1 chose: the report runs at the sweep depth on fresh seeds, and
 the depth ladder's local rate grids on the selection seeds; round 3 widens a rung's window by the next
-grid rate where its choice sits on the window's edge (or nothing in it trained); round 4 reports the
+grid rate where its choice sits on the window's edge (downwards where nothing in it trained); round 4 reports the
 ladder's chosen rates on the report seeds. `LONG` is the same protocol at ten times the steps, one
 stored result at every scale.
 """
@@ -27,8 +27,8 @@ from .sweep import run_many
 from .training import TrainConfig
 
 __all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "LONG_CONTESTANTS", "best_rate",
-           "trained_rates", "rung_rates", "round1", "round2", "round3", "round4", "rounds", "Rounds", "Stored",
-           "replay", "replay_rounds", "load_rounds"]  # fmt: skip
+           "trained_rates", "local_window", "rung_rates", "rung_stalled", "round1", "round2", "round3", "round4",
+           "rounds", "Rounds", "Stored", "replay", "replay_rounds", "load_rounds"]  # fmt: skip
 
 # Every contestant is data: the model kwargs that build it, on top of the shared ones.
 CONTESTANTS: dict[str, dict[str, Any]] = {
@@ -217,33 +217,49 @@ def round2(bm: Benchmark, runs1: Runs) -> Plan:
         for arm in bm.arms:
             best = best_rate(runs1, name, bm.depth, arm, bm.lrs)
             entries.append((Cell(name, bm.depth, best, arm), bm.report_seeds, True))
-        local = bm.local_rates(best_rate(runs1, name, bm.depth, bm.ladder_arm, bm.lrs))
-        entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False) for n in _rungs(bm) for lr in local]
+        entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False)
+                    for n in _rungs(bm) for lr in local_window(bm, runs1, name)]  # fmt: skip
     return Plan(bm, tuple(entries))
 
 
+def local_window(bm: Benchmark, runs: Runs, name: str) -> tuple[float, ...]:
+    """The ladder's local grid of ``name``: `Benchmark.local_rates` around the rate chosen at the sweep
+    depth in the ladder's arm (``runs`` holds round 1)."""
+    return bm.local_rates(best_rate(runs, name, bm.depth, bm.ladder_arm, bm.lrs))
+
+
 def _widen(bm: Benchmark, runs2: Runs, name: str, n: int, local: Sequence[float]) -> tuple[float, ...]:
-    """The grid rates added to rung ``n``'s window: the next one beyond the edge its choice sits on,
-    and the next one below when no rate of the window trained on every selection seed."""
+    """The grid rates added to rung ``n``'s window: the next one beyond the edge its choice sits on;
+    where no rate of the window trained on every selection seed, only the next one below (a stall is
+    not cured by a higher rate, and the choice among stalled rates is noise)."""
     best, arm = best_rate(runs2, name, n, bm.ladder_arm, local), bm.ladder_arm
     lo, hi = bm.lrs.index(local[0]), bm.lrs.index(local[-1])
-    below = best == local[0] or not trained_rates(runs2, name, n, arm, local)
-    above = best == local[-1]
+    stalled = not trained_rates(runs2, name, n, arm, local)
+    below = best == local[0] or stalled
+    above = best == local[-1] and not stalled
     return bm.lrs[lo - 1 : lo] * (below and lo > 0) + bm.lrs[hi + 1 : hi + 2] * above
 
 
 def rung_rates(bm: Benchmark, runs: Runs, name: str, n: int) -> tuple[float, ...]:
     """Every rate tried at rung ``n`` of ``name``'s ladder (the local window and its widening), in
     increasing order; ``runs`` holds rounds 1 to 3 (or more)."""
-    local = bm.local_rates(best_rate(runs, name, bm.depth, bm.ladder_arm, bm.lrs))
+    local = local_window(bm, runs, name)
     return tuple(lr for lr in bm.lrs if lr in local or (Cell(name, n, lr, bm.ladder_arm), "select") in runs)
+
+
+def rung_stalled(bm: Benchmark, runs: Runs, name: str, n: int) -> bool:
+    """Whether no rate tried at rung ``n`` (the sweep depth: the whole grid) trained on every selection
+    seed: the rung's choice is then the lowest median among failures, and its loss says nothing about
+    the placement at that depth."""
+    rates = bm.lrs if n == bm.depth else rung_rates(bm, runs, name, n)
+    return not trained_rates(runs, name, n, bm.ladder_arm, rates)
 
 
 def round3(bm: Benchmark, runs1: Runs, runs2: Runs) -> Plan:
     """Each rung's window widened (`_widen`) by the next grid rate, on the selection seeds."""
     entries = []
     for name in bm.contestants:
-        local = bm.local_rates(best_rate(runs1, name, bm.depth, bm.ladder_arm, bm.lrs))
+        local = local_window(bm, runs1, name)
         for n in _rungs(bm):
             entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False)
                         for lr in _widen(bm, runs2, name, n, local)]  # fmt: skip
@@ -394,8 +410,9 @@ SIZES = PerScale(
 # ones whose claims are about what a Transformer does with context (the trunk norms with warmup,
 # pre-LN and QK-norm, the branch-output norms, ReZero): eight of the fourteen, about 50 minutes of a
 # 2-core machine where all fourteen took 90. The grid reaches 3e-2 because on (1e-3, 3e-3, 1e-2) five of
-# the eight chose its top rate, where a higher one might have done better.
+# the eight chose its top rate, where a higher one might have done better. Five report seeds, as the
+# short boards: with three, the gaps of QK-norm and DeepNorm to pre-LN were not resolved.
 LONG_CONTESTANTS = ("post", "deepnorm", "pre", "pre + QK-norm", "sandwich", "reordered", "reordered + QK-norm",
                     "rezero")  # fmt: skip
 LONG = Benchmark(d_model=64, seq=32, batch=16, steps=2000, depth=6, lrs=(1e-3, 3e-3, 1e-2, 3e-2), ladder=(3, 6),
-                 n_select=2, n_report=3, arms=("warmup",), seed_base=0, contestants=LONG_CONTESTANTS)  # fmt: skip
+                 n_select=2, n_report=5, arms=("warmup",), seed_base=0, contestants=LONG_CONTESTANTS)  # fmt: skip

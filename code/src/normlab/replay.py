@@ -19,7 +19,8 @@ from .scale import get_scale
 from .sweep import run_many
 from .training import TrainConfig
 
-__all__ = ["Replay", "replay_or_run", "stored_sweep", "save_sweep", "board_path", "mismatch", "loss_difference"]
+__all__ = ["Replay", "replay_or_run", "stored_sweep", "save_sweep", "board_path", "mismatch", "loss_difference",
+           "config_with_defaults"]  # fmt: skip
 
 # A chapter's stored boards sit beside it: book/_data/<name>-<scale>.json (chapters run in book/).
 BOARD_DIR = Path("_data")
@@ -64,12 +65,19 @@ def mismatch(jobs: Sequence[tuple[dict[str, Any], TrainConfig]], stored: list[Tr
     return ""
 
 
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+def config_with_defaults(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored run's config with every TrainConfig field added after the run was stored filled in
+    at its default: the run was trained under that default."""
+    return {**_DEFAULTS, **stored}
+
+
 def _config_of(config: TrainConfig, stored: dict[str, Any]) -> dict[str, Any]:
     """``config`` as a stored run's config reads: a field added to TrainConfig after the run was
-    stored, at its default value, is left out, since the run was trained under that default."""
-    now = dataclasses.asdict(config)
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    return {k: v for k, v in now.items() if k in stored or v != defaults[k]}
+    stored, at its default value, is left out (the converse of `config_with_defaults`)."""
+    return {k: v for k, v in dataclasses.asdict(config).items() if k in stored or v != _DEFAULTS[k]}
 
 
 def _check_indices(check: Sequence[int], n: int) -> None:
