@@ -8,7 +8,7 @@ import pytest
 import normlab
 from normlab import board
 from normlab.board import LONG, SIZES, Benchmark, Cell
-from normlab.record import TrainResult, steps_to
+from normlab.record import TrainResult, plateau_exit, steps_to
 from normlab.stats import one_sample
 
 SMALL = Benchmark(d_model=16, seq=8, batch=2, steps=10, depth=2, lrs=(1e-3, 1e-2, 1e-1), ladder=(1, 2, 4),
@@ -98,13 +98,13 @@ def test_a_rung_whose_choice_sits_on_its_window_edge_gets_the_next_grid_rate():
     assert widened(stalls, {1e-4: [3.47, 3.47]}) == ((1e-4,), 1e-1)
 
 
-def test_a_rung_is_stalled_only_when_no_rate_tried_there_trained_on_every_seed():
+def test_a_rung_failed_only_when_no_selection_run_at_any_rate_tried_there_trained():
     runs1 = {(Cell("pre", 1, lr, "warmup"), "select"): [fake(2.0 if lr == 1e-2 else 2.5)] * 2 for lr in WIDE.lrs}
-    stalls = select(WIDE, {1e-4: [3.47, 3.47], 1e-3: [3.46, 2.6], 1e-2: [3.45, 3.45], 1e-1: [float("nan")] * 2})
-    assert board.rung_stalled(WIDE, {**runs1, **stalls}, "pre", 2)
-    stalls[Cell("pre", 2, 1e-4, "warmup"), "select"] = [fake(2.9)] * 2
-    assert not board.rung_stalled(WIDE, {**runs1, **stalls}, "pre", 2)
-    assert not board.rung_stalled(WIDE, runs1, "pre", 1)  # the sweep depth: the whole grid
+    fails = select(WIDE, {1e-4: [3.47, 3.47], 1e-3: [3.46, 3.45], 1e-2: [3.45, 3.45], 1e-1: [float("nan")] * 2})
+    assert board.rung_failed(WIDE, {**runs1, **fails}, "pre", 2)
+    fails[Cell("pre", 2, 1e-3, "warmup"), "select"] = [fake(3.46), fake(2.6)]  # one run trained: not failed
+    assert not board.rung_failed(WIDE, {**runs1, **fails}, "pre", 2)
+    assert not board.rung_failed(WIDE, runs1, "pre", 1)  # the sweep depth: the whole grid
 
 
 def test_report_runs_are_evaluated_along_the_run():
@@ -134,6 +134,14 @@ def test_a_bad_benchmark_names_the_valid_choices():
 def test_steps_to_a_level_reads_the_evaluations_along_the_run():
     r = TrainResult(config={}, evals=[(10, 2.8), (20, 2.3), (30, 2.1)])
     assert steps_to(r, 2.368) == 20 and steps_to(r, 2.0) is None
+
+
+def test_a_run_leaves_the_unigram_plateau_when_its_ten_step_mean_is_a_margin_below_it():
+    flat, falling = [3.5] * 30, [3.5] * 10 + [3.0] * 20
+    assert plateau_exit(TrainResult(config={}, losses=flat, unigram_val=3.5)) is None
+    # the 10-step mean first falls below 3.4 once three of its losses are 3.0: 3.5 - 3 x 0.05 = 3.35 at step 13
+    assert plateau_exit(TrainResult(config={}, losses=falling, unigram_val=3.5)) == 13
+    assert plateau_exit(TrainResult(config={}, losses=falling[:5], unigram_val=3.5)) is None
 
 
 def test_one_sample_interval_of_per_seed_values():

@@ -14,7 +14,8 @@ from torch import nn
 from .data import VOCAB_SIZE
 
 __all__ = [
-    "OUTCOMES", "TrainResult", "steps_to", "LossMonitor", "RunRecorder", "divergence_ceiling", "classify_outcome",
+    "OUTCOMES", "TrainResult", "steps_to", "plateau_exit", "LossMonitor", "RunRecorder", "divergence_ceiling",
+    "classify_outcome",
 ]  # fmt: skip
 
 OUTCOMES = ("trained", "stalled", "diverged")
@@ -64,6 +65,20 @@ def steps_to(result: TrainResult, level: float) -> Optional[int]:
     """The first evaluation step at which the run's validation loss is at or below ``level`` (a run
     evaluated along the way: `TrainConfig.eval_every`), None if it never got there."""
     return next((step for step, loss in result.evals if loss <= level), None)
+
+
+def plateau_exit(result: TrainResult, margin: float = 0.1, window: int = 10) -> Optional[int]:
+    """The step at which the run leaves the unigram plateau: the first at which the mean of the last
+    ``window`` training losses is more than ``margin`` nats below ``result.unigram_val`` (the margin
+    `classify_outcome` uses at the end), None if it never does. Read from the training loss, logged
+    at every step, so it needs no evaluations along the run."""
+    losses = [float(x) for x in result.losses]
+    if result.unigram_val is None or len(losses) < window:
+        return None
+    for step in range(window, len(losses) + 1):
+        if sum(losses[step - window : step]) / window < result.unigram_val - margin:
+            return step
+    return None
 
 
 class LossMonitor:
