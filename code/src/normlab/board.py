@@ -27,7 +27,7 @@ from .sweep import run_many
 from .training import TrainConfig
 
 __all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "LONG_CONTESTANTS", "best_rate",
-           "trained_rates", "local_window", "rung_rates", "rung_stalled", "round1", "round2", "round3", "round4",
+           "trained_rates", "local_window", "rung_rates", "rung_failed", "round1", "round2", "round3", "round4",
            "rounds", "Rounds", "Stored", "replay", "replay_rounds", "load_rounds"]  # fmt: skip
 
 # Every contestant is data: the model kwargs that build it, on top of the shared ones.
@@ -247,12 +247,13 @@ def rung_rates(bm: Benchmark, runs: Runs, name: str, n: int) -> tuple[float, ...
     return tuple(lr for lr in bm.lrs if lr in local or (Cell(name, n, lr, bm.ladder_arm), "select") in runs)
 
 
-def rung_stalled(bm: Benchmark, runs: Runs, name: str, n: int) -> bool:
-    """Whether no rate tried at rung ``n`` (the sweep depth: the whole grid) trained on every selection
-    seed: the rung's choice is then the lowest median among failures, and its loss says nothing about
-    the placement at that depth."""
+def rung_failed(bm: Benchmark, runs: Runs, name: str, n: int) -> bool:
+    """Whether no selection run at any rate tried at rung ``n`` (the sweep depth: the whole grid)
+    trained: every one stalled or diverged. The rung's choice is then the least bad failure, and its
+    loss says nothing about what depth does to the placement once it trains."""
     rates = bm.lrs if n == bm.depth else rung_rates(bm, runs, name, n)
-    return not trained_rates(runs, name, n, bm.ladder_arm, rates)
+    return not any(classify_outcome(r) == "trained" for lr in rates
+                   for r in runs[Cell(name, n, lr, bm.ladder_arm), "select"])  # fmt: skip
 
 
 def round3(bm: Benchmark, runs1: Runs, runs2: Runs) -> Plan:

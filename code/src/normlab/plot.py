@@ -42,6 +42,8 @@ _LABELS = {
     "normformer": "NormFormer",
     "reordered": "reordered",  # OLMo 2's block without the QK-norm OLMo 2 ships with it
     "reordered+qk": "reordered + QK-norm (OLMo 2)",
+    "pre+qk": "pre-LN + QK-norm",
+    "sandwich+qk": "sandwich + QK-norm",
     "rezero": "ReZero",
     "admin": "Admin",
     "mixln": "Mix-LN",
