@@ -65,6 +65,7 @@ def test_a_rate_where_a_selection_seed_stalled_is_not_chosen_for_its_median():
     runs = select(SIZES.get("cpu"), {1e-3: [2.5, 2.5, 2.5], 1e-2: [2.3, 2.3, 3.45], 1e-1: [float("nan")] * 3})
     assert board.trained_rates(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1)) == [1e-3]
     assert board.best_rate(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1)) == 1e-3
+    assert board.best_rate(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1), veto=False) == 1e-2  # the lowest median
     # where no rate trained on every seed, the lowest median wins (a diverged run is worst)
     runs = select(SIZES.get("cpu"), {1e-3: [3.45, 2.5], 1e-2: [2.3, 3.45], 1e-1: [float("nan"), 2.0]})
     assert board.best_rate(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1)) == 1e-2

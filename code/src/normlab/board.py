@@ -187,12 +187,13 @@ def trained_rates(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequenc
     return [lr for lr in rates if trained(lr)]
 
 
-def best_rate(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[float]) -> float:
+def best_rate(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[float], veto: bool = True) -> float:
     """The rate with the lowest median final loss over the selection seeds, among the rates at which
-    every selection seed trained (among all of ``rates`` when none did: a diverged run counts as worse
-    than any finished one); ties go to the lower rate. Without the first condition a median over two or
-    three seeds can choose a rate where one of them stalls, and the fresh seeds then stall there too."""
-    candidates = trained_rates(runs, name, n_layers, arm, rates) or list(rates)
+    every selection seed trained (among all of ``rates`` when none did, or with ``veto=False``: a
+    diverged run counts as worse than any finished one); ties go to the lower rate. Without the veto a
+    median over two or three seeds can choose a rate where one of them stalls, and the fresh seeds
+    then stall there too."""
+    candidates = (trained_rates(runs, name, n_layers, arm, rates) if veto else []) or list(rates)
     medians = {lr: median_loss([r.final_val_loss for r in runs[Cell(name, n_layers, lr, arm), "select"]])
                for lr in candidates}  # fmt: skip
     return min(candidates, key=lambda lr: (medians[lr], lr))
