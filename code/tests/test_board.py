@@ -71,6 +71,17 @@ def test_a_rate_where_a_selection_seed_stalled_is_not_chosen_for_its_median():
     assert board.best_rate(runs, "pre", 2, "warmup", (1e-3, 1e-2, 1e-1)) == 1e-2
 
 
+def test_where_the_veto_moved_a_choice_the_lowest_median_is_reported_too():
+    losses = {1e-3: [3.0, 3.0], 1e-2: [2.3, 3.45], 1e-1: [float("nan")] * 2}  # 1e-2: lowest median, one stall
+    plan1 = board.round1(SMALL)
+    runs1 = plan1.collect([fake(losses[c.lr][i]) for c, ss, _ in plan1.entries for i, _ in enumerate(ss)])
+    assert board.veto_moved(runs1, "pre", 2, "warmup", SMALL.lrs) == 1e-2
+    report = [c for c, ss, along in board.round2(SMALL, runs1).entries if along]
+    assert [c.lr for c in report if c.name == "pre" and c.arm == "warmup"] == [1e-3, 1e-2]  # chosen first
+    quiet = {k: [fake(2.4)] * 2 for k in runs1}  # every rate trains alike: the veto moves nothing
+    assert board.veto_moved(quiet, "pre", 2, "warmup", SMALL.lrs) is None
+
+
 WIDE = Benchmark(d_model=16, seq=8, batch=2, steps=10, depth=1, lrs=(1e-4, 1e-3, 1e-2, 1e-1, 1.0), ladder=(1, 2),
                  n_select=2, n_report=1, arms=("warmup",), contestants=("pre",))  # fmt: skip
 

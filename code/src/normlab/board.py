@@ -5,8 +5,9 @@ A benchmark is data (`Benchmark`); a round is a `Plan`, a list of cells (contest
 warmup arm) each trained on a set of seeds. Round 1 is the rate grid at the sweep depth on the
 selection seeds; round 2 what round 1 chose: the report runs at the sweep depth on fresh seeds, and
 the depth ladder's local rate grids on the selection seeds; round 3 widens a rung's window by the next
-grid rate where its choice sits on the window's edge (downwards where nothing in it trained); round 4 reports the
-ladder's chosen rates on the report seeds. `LONG` is the same protocol at ten times the steps, one
+grid rate where its choice sits on the window's edge (downwards where nothing in it trained); round 4
+reports the ladder's chosen rates on the report seeds. Where the veto of `best_rate` moved a choice,
+the lowest median's rate is reported too. `LONG` is the same protocol at ten times the steps, one
 stored result at every scale.
 """
 
@@ -27,8 +28,8 @@ from .sweep import run_many
 from .training import TrainConfig
 
 __all__ = ["CONTESTANTS", "ARMS", "Cell", "Benchmark", "Plan", "SIZES", "LONG", "LONG_CONTESTANTS", "best_rate",
-           "trained_rates", "local_window", "rung_rates", "rung_failed", "round1", "round2", "round3", "round4",
-           "rounds", "Rounds", "Stored", "replay", "replay_rounds", "load_rounds"]  # fmt: skip
+           "trained_rates", "veto_moved", "local_window", "rung_rates", "rung_failed", "round1", "round2",
+           "round3", "round4", "rounds", "Rounds", "Stored", "replay", "replay_rounds", "load_rounds"]  # fmt: skip
 
 # Every contestant is data: the model kwargs that build it, on top of the shared ones.
 CONTESTANTS: dict[str, dict[str, Any]] = {
@@ -199,6 +200,20 @@ def best_rate(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[fl
     return min(candidates, key=lambda lr: (medians[lr], lr))
 
 
+def veto_moved(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[float]) -> Optional[float]:
+    """The rate with the lowest median where the veto of `best_rate` passed it over (a selection seed
+    did not train there), else None. Its report runs are trained too, so the fresh seeds say what the
+    veto cost or saved."""
+    low = best_rate(runs, name, n_layers, arm, rates, veto=False)
+    return None if low == best_rate(runs, name, n_layers, arm, rates) else low
+
+
+def _reported(bm: Benchmark, runs: Runs, name: str, n: int, arm: str, rates: Sequence[float]) -> list:
+    """The report entries of one choice: the chosen rate, and the lowest median's where the veto moved it."""
+    rs = [best_rate(runs, name, n, arm, rates), veto_moved(runs, name, n, arm, rates)]
+    return [(Cell(name, n, lr, arm), bm.report_seeds, True) for lr in rs if lr is not None]
+
+
 def round1(bm: Benchmark) -> Plan:
     """The rate grid at the sweep depth, in every arm, on the selection seeds."""
     return Plan(bm, tuple((Cell(name, bm.depth, lr, arm), bm.select_seeds, False)
@@ -211,13 +226,13 @@ def _rungs(bm: Benchmark) -> tuple[int, ...]:
 
 def round2(bm: Benchmark, runs1: Runs) -> Plan:
     """What round 1 chose: each contestant at its best rate at the sweep depth in every arm, on the
-    report seeds (evaluated along the run), and the ladder's other rungs on local grids around the
-    best rate of the ladder's arm, on the selection seeds."""
+    report seeds (evaluated along the run; also at the lowest median where the veto moved it), and the
+    ladder's other rungs on local grids around the best rate of the ladder's arm, on the selection
+    seeds."""
     entries = []
     for name in bm.contestants:
         for arm in bm.arms:
-            best = best_rate(runs1, name, bm.depth, arm, bm.lrs)
-            entries.append((Cell(name, bm.depth, best, arm), bm.report_seeds, True))
+            entries += _reported(bm, runs1, name, bm.depth, arm, bm.lrs)
         entries += [(Cell(name, n, lr, bm.ladder_arm), bm.select_seeds, False)
                     for n in _rungs(bm) for lr in local_window(bm, runs1, name)]  # fmt: skip
     return Plan(bm, tuple(entries))
@@ -269,13 +284,13 @@ def round3(bm: Benchmark, runs1: Runs, runs2: Runs) -> Plan:
 
 
 def round4(bm: Benchmark, runs1: Runs, runs2: Runs, runs3: Runs) -> Plan:
-    """The ladder's chosen rates on the report seeds (the sweep depth's report runs are round 2's)."""
+    """The ladder's chosen rates on the report seeds, and the lowest medians where the veto moved a
+    choice (the sweep depth's report runs are round 2's)."""
     runs = {**runs1, **runs2, **runs3}
     entries = []
     for name in bm.contestants:
         for n in _rungs(bm):
-            lr = best_rate(runs, name, n, bm.ladder_arm, rung_rates(bm, runs, name, n))
-            entries.append((Cell(name, n, lr, bm.ladder_arm), bm.report_seeds, True))
+            entries += _reported(bm, runs, name, n, bm.ladder_arm, rung_rates(bm, runs, name, n))
     return Plan(bm, tuple(entries))
 
 
