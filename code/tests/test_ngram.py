@@ -8,13 +8,13 @@ import pytest
 import torch
 
 import normlab
-from normlab.ngram import BIGRAM_ADD, TRIGRAM_DISCOUNT, ngram_levels, ngram_logprobs
+from normlab.ngram import BIGRAM_ADD, NGRAM_DISCOUNT, ngram_levels, ngram_logprobs
 
 V = 256
 
 
 def by_hand(train: bytes, x: list[int], y: list[int]) -> dict[str, list[float]]:
-    """The three models written out with Python counters, one target at a time."""
+    """The four models written out with Python counters, one target at a time."""
     uni = Counter(train)
     pairs = Counter(zip(train, train[1:]))
     after = Counter(train[:-1])
@@ -23,7 +23,12 @@ def by_hand(train: bytes, x: list[int], y: list[int]) -> dict[str, list[float]]:
     for (a, b, _), n in tris.items():
         ctx_total[a, b] += n
         ctx_types[a, b] += 1
-    out = {"unigram": [], "bigram": [], "trigram": []}
+    fours = Counter(zip(train, train[1:], train[2:], train[3:]))
+    ctx4_total, ctx4_types = Counter(), Counter()
+    for (a, b, c, _), n in fours.items():
+        ctx4_total[a, b, c] += n
+        ctx4_types[a, b, c] += 1
+    out = {"unigram": [], "bigram": [], "trigram": [], "fourgram": []}
     for t, (cur, target) in enumerate(zip(x, y)):
         p1 = (uni[target] + 1) / (len(train) + V)
         p2 = (pairs[cur, target] + BIGRAM_ADD) / (after[cur] + BIGRAM_ADD * V)
@@ -31,37 +36,43 @@ def by_hand(train: bytes, x: list[int], y: list[int]) -> dict[str, list[float]]:
             p3 = p2
         else:
             n, k = ctx_total[x[t - 1], cur], ctx_types[x[t - 1], cur]
-            p3 = max(tris[x[t - 1], cur, target] - TRIGRAM_DISCOUNT, 0) / n + TRIGRAM_DISCOUNT * k / n * p2
+            p3 = max(tris[x[t - 1], cur, target] - NGRAM_DISCOUNT, 0) / n + NGRAM_DISCOUNT * k / n * p2
+        if t < 2 or ctx4_total[x[t - 2], x[t - 1], cur] == 0:
+            p4 = p3
+        else:
+            n, k = ctx4_total[x[t - 2], x[t - 1], cur], ctx4_types[x[t - 2], x[t - 1], cur]
+            p4 = max(fours[x[t - 2], x[t - 1], cur, target] - NGRAM_DISCOUNT, 0) / n + NGRAM_DISCOUNT * k / n * p3
         out["unigram"].append(math.log(p1))
         out["bigram"].append(math.log(p2))
         out["trigram"].append(math.log(p3))
+        out["fourgram"].append(math.log(p4))
     return out
 
 
-def test_the_three_models_match_a_count_by_hand():
+def test_the_four_models_match_a_count_by_hand():
     train = b"the cat sat on the mat; the cat ate the hat"
     window = b"the hat sat"
     x, y = list(window[:-1]), list(window[1:])
     got = ngram_logprobs(torch.tensor(list(train), dtype=torch.uint8), torch.tensor([x]), torch.tensor([y]))
     want = by_hand(train, x, y)
-    for name in ("unigram", "bigram", "trigram"):
+    for name in ("unigram", "bigram", "trigram", "fourgram"):
         torch.testing.assert_close(got[name][0], torch.tensor(want[name], dtype=torch.double), rtol=1e-12, atol=0)
 
 
 def test_each_model_is_a_distribution_over_the_next_byte():
     train = torch.tensor(list(b"abracadabra, abracadabra!"), dtype=torch.uint8)
-    x = torch.tensor([[ord("a"), ord("b")]]).repeat(V, 1)  # the context "ab", every next byte
-    y = torch.arange(V)[:, None].repeat(1, 2)
+    x = torch.tensor([[ord("b"), ord("r"), ord("a")]]).repeat(V, 1)  # the context "bra", every next byte
+    y = torch.arange(V)[:, None].repeat(1, 3)
     lp = ngram_logprobs(train, x, y)
-    for name in ("unigram", "bigram", "trigram"):
-        assert float(lp[name][:, 1].exp().sum()) == pytest.approx(1.0, abs=1e-9), name
+    for name in ("unigram", "bigram", "trigram", "fourgram"):
+        assert float(lp[name][:, 2].exp().sum()) == pytest.approx(1.0, abs=1e-9), name
 
 
 def test_the_levels_order_and_the_regimes_they_name():
     corpus = normlab.load_corpus()
     levels = ngram_levels(corpus, 32, 256)
     # The book's corpus on its fixed windows: more context, lower loss, with room between.
-    assert levels.unigram > levels.bigram + 0.4 > levels.trigram + 0.8
+    assert levels.unigram > levels.bigram + 0.4 > levels.trigram + 0.8 > levels.fourgram + 1.0
     assert levels.unigram == pytest.approx(corpus.unigram_loss(corpus.eval_set(32, 256)[1]), rel=1e-9)
     assert [levels.regime(v) for v in (9.0, levels.unigram, levels.bigram + 0.01, levels.bigram - 0.01,
                                        levels.trigram - 0.01)] == [

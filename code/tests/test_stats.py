@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from normlab.stats import median_loss, paired_difference
+from normlab.stats import median_loss, paired_difference, row_slopes
 
 
 def test_a_paired_difference_by_hand():
@@ -49,3 +49,13 @@ def test_the_paired_t_interval_uses_students_t_on_few_seeds():
     lo, hi = p.interval95()
     assert lo < p.mean < hi
     assert abs((hi - p.mean) / p.se - 4.30) < 1e-9
+
+
+def test_row_slopes_fit_each_seed_and_mark_rows_they_cannot_fit():
+    x = np.log2([2, 4, 8])
+    rows = np.array([[3.0, 2.5, 2.0], [2.0, 2.0, 2.0], [2.0, np.nan, 2.2]])
+    np.testing.assert_allclose(row_slopes(x, rows)[:2], [-0.5, 0.0], atol=1e-12)
+    assert np.isnan(row_slopes(x, rows)[2])  # a stalled rung: no slope through it
+    assert np.isnan(row_slopes(x[:1], rows[:, :1])).all()  # one rung: no slope
+    with pytest.raises(ValueError, match="one value per x"):
+        row_slopes(x, rows[:, :2])

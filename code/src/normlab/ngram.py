@@ -1,5 +1,5 @@
-"""The byte n-gram levels a language model must beat: unigram, bigram and trigram count models of
-the training bytes, scored on the same fixed validation windows as every run.
+"""The byte n-gram levels a language model must beat: unigram, bigram, trigram (and 4-gram) count
+models of the training bytes, scored on the same fixed validation windows as every run.
 
 A model at the unigram level has learned byte frequencies; at the bigram level, which byte follows
 which; below the trigram level it uses more context than the two previous bytes, the job a
@@ -19,19 +19,28 @@ from .data import VOCAB_SIZE, Corpus, unigram_logp
 if TYPE_CHECKING:
     from .record import TrainResult
 
-__all__ = ["NgramLevels", "BIGRAM_ADD", "TRIGRAM_DISCOUNT", "ngram_levels", "ngram_logprobs", "run_regime"]
+__all__ = [
+    "NgramLevels",
+    "BIGRAM_ADD",
+    "NGRAM_DISCOUNT",
+    "ngram_levels",
+    "ngram_logprobs",
+    "run_regime",
+]
 
 BIGRAM_ADD = 0.1  # add-k smoothing of the bigram counts (add-0.1, as the benchmark review measured)
-TRIGRAM_DISCOUNT = 0.75  # absolute discount of interpolated trigram counts (Ney, Essen & Kneser 1994)
+NGRAM_DISCOUNT = 0.75  # absolute discount of interpolated trigram and 4-gram counts (Ney, Essen & Kneser 1994)
 
 
 @dataclass(frozen=True)
 class NgramLevels:
-    """Cross-entropies (nats per byte) of the three count models on a set of windows."""
+    """Cross-entropies (nats per byte) of the count models on a set of windows. The regimes are read
+    off the first three; the 4-gram level says how far past the trigram a long run gets."""
 
     unigram: float  # add-one byte frequencies
     bigram: float  # add-0.1 bigram counts
     trigram: float  # trigram counts, absolutely discounted and interpolated with the bigram model
+    fourgram: float = math.nan  # 4-gram counts, the same, interpolated with the trigram model
 
     def regime(self, loss: float) -> str:
         """Which level a validation loss reaches: "above unigram", "unigram" (within 0.1 nats of it:
@@ -62,49 +71,59 @@ def _counts(ids: torch.Tensor, size: int) -> torch.Tensor:
     return torch.bincount(ids, minlength=size).double()
 
 
+def _interpolated(t: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, lower: torch.Tensor) -> torch.Tensor:
+    """P(y | the k - 1 bytes ending at x) from the k-gram counts of ``t``, absolutely discounted and
+    interpolated with ``lower`` (the (k-1)-gram model's probabilities of the same targets); where the
+    context was never seen, or the window holds fewer than k - 1 bytes of it, ``lower`` itself."""
+    v, n = VOCAB_SIZE, len(t)
+    # k-grams are sparse (a few hundred thousand of 256^k), so they are counted as sorted ids
+    grams, counts = torch.unique(sum(t[i : n - k + 1 + i] * v ** (k - 1 - i) for i in range(k)), return_counts=True)
+    counts = counts.double()
+    contexts, which = torch.unique(grams // v, return_inverse=True)
+    ctx_total = torch.zeros(len(contexts), dtype=torch.double).index_add_(0, which, counts)
+    ctx_types = torch.bincount(which, minlength=len(contexts)).double()
+    # the context of y[:, s] is x[:, s - k + 2 .. s], most recent byte last (masked below where s < k - 2)
+    shifted = [torch.cat([x[:, :1].expand(-1, j), x[:, : x.shape[1] - j]], dim=1) for j in range(k - 1)]
+    c = sum(b * v**j for j, b in enumerate(shifted))
+
+    def lookup(keys: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = torch.searchsorted(table, keys.flatten()).clamp(max=len(table) - 1)
+        return pos.view_as(keys), (table[pos] == keys.flatten()).view_as(keys)
+
+    cpos, seen = lookup(c, contexts)
+    gpos, found = lookup(c * v + y, grams)
+    count = torch.where(found, counts[gpos], torch.zeros(()).double())
+    total, types = torch.where(seen, ctx_total[cpos], 1.0), torch.where(seen, ctx_types[cpos], 0.0)
+    d = NGRAM_DISCOUNT
+    p = torch.where(seen, (count - d).clamp(min=0.0) / total + d * types / total * lower, lower)
+    p[:, : k - 2] = lower[:, : k - 2]  # too little context in the window: the lower model
+    return p
+
+
 def ngram_logprobs(train: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
     """log P(y | context) under each count model of ``train`` (a 1-d byte tensor), for windows x, y
     ([B, T], y shifted by one): the bigram context of y[:, t] is x[:, t], the trigram context
-    x[:, t - 1], x[:, t] (at t = 0 the window holds one byte of context: the trigram model falls
-    back to the bigram one, as an LM reading the window would have to)."""
+    x[:, t - 1], x[:, t], the 4-gram's one byte more (near a window's start, where it holds less
+    context, each model falls back to the one below, as an LM reading the window would have to)."""
     v = VOCAB_SIZE
     t = train.long()
     pair = _counts(t[:-1] * v + t[1:], v * v).view(v, v)
     p2 = (pair + BIGRAM_ADD) / (pair.sum(1, keepdim=True) + BIGRAM_ADD * v)
-    # Trigrams are sparse (a few hundred thousand of 16.7M), so they are counted as sorted ids.
-    tri_ids, tri_counts = torch.unique(t[:-2] * v * v + t[1:-1] * v + t[2:], return_counts=True)
-    tri_counts = tri_counts.double()
-    ctx = tri_ids // v  # the (a, b) context of each trigram, as a * v + b
-    ctx_total = torch.zeros(v * v, dtype=torch.double).index_add_(0, ctx, tri_counts)
-    ctx_types = torch.zeros(v * v, dtype=torch.double).index_add_(0, ctx, torch.ones_like(tri_counts))
-
     xl, yl = x.long().cpu(), y.long().cpu()  # the tables live on the CPU
-    lp1 = unigram_logp(t)[yl]
-    lp2 = p2[xl, yl].log()
-    prev = torch.cat([xl[:, :1], xl[:, :-1]], dim=1)  # x[t - 1]; t = 0 is masked below
-    c = prev * v + xl  # trigram context ids
-    query = c * v + yl
-    pos = torch.searchsorted(tri_ids, query.flatten()).clamp(max=len(tri_ids) - 1)
-    found = tri_ids[pos] == query.flatten()
-    count = torch.where(found, tri_counts[pos], torch.zeros_like(tri_counts[pos])).view_as(query)
-    total, types = ctx_total[c], ctx_types[c]
-    seen = total > 0
-    safe = total.clamp(min=1.0)
-    d = TRIGRAM_DISCOUNT
-    p3 = torch.where(seen, (count - d).clamp(min=0.0) / safe + d * types / safe * p2[xl, yl], p2[xl, yl])
-    p3[:, 0] = p2[xl[:, 0], yl[:, 0]]  # one byte of context in the window: the bigram model
-    return {"unigram": lp1, "bigram": lp2, "trigram": p3.log()}
+    p3 = _interpolated(t, xl, yl, 3, p2[xl, yl])
+    p4 = _interpolated(t, xl, yl, 4, p3)
+    return {"unigram": unigram_logp(t)[yl], "bigram": p2[xl, yl].log(), "trigram": p3.log(), "fourgram": p4.log()}
 
 
 def ngram_levels(corpus: Corpus, seq_len: int, n_windows: int) -> NgramLevels:
-    """The three levels on the fixed validation windows every run of this shape is scored on
+    """The levels on the fixed validation windows every run of this shape is scored on
     (`Corpus.eval_set`), counted on the training bytes; cached per corpus and shape."""
     key = (seq_len, n_windows)
     cache = corpus._levels
     if key not in cache:
         x, y = corpus.eval_set(seq_len, n_windows)
         lp = ngram_logprobs(corpus.train, x, y)
-        cache[key] = NgramLevels(*(float(-lp[k].mean()) for k in ("unigram", "bigram", "trigram")))
+        cache[key] = NgramLevels(*(float(-lp[k].mean()) for k in ("unigram", "bigram", "trigram", "fourgram")))
     return cache[key]
 
 

@@ -112,17 +112,18 @@ def mark_diverged(ax: Axes, x: float, y: float, variant: str) -> None:
 
 
 # The n-gram levels: grey, dotted, one dash pattern each, so they never read as a variant's curve.
-_LEVEL_STYLE = {"unigram": (0.55, (1, 1)), "bigram": (0.4, (1, 2)), "trigram": (0.2, (1, 3))}
+_LEVEL_STYLE = {"unigram": (0.55, (1, 1)), "bigram": (0.4, (1, 2)), "trigram": (0.2, (1, 3)), "fourgram": (0.0, (1, 4))}
 
 
 def ngram_lines(ax: Axes, levels: NgramLevels, which: Sequence[str] = ("unigram", "bigram", "trigram")) -> None:
-    """The unigram, bigram and trigram levels (`normlab.ngram_levels`) as horizontal lines on a loss
-    axis, labelled in the legend: what a run's loss means, byte frequencies, the previous byte, or
-    more context than two bytes."""
+    """The unigram, bigram and trigram levels (`normlab.ngram_levels`; "fourgram" where runs get past
+    the trigram) as horizontal lines on a loss axis, labelled in the legend: what a run's loss means,
+    byte frequencies, the previous byte, or more context than two bytes."""
     for name in which:
         grey, dashes = _LEVEL_STYLE[name]
         value = getattr(levels, name)
-        ax.axhline(value, color=str(grey), ls=(0, dashes), lw=1.2, label=f"{name} level ({value:.2f})")
+        text = "4-gram" if name == "fourgram" else name
+        ax.axhline(value, color=str(grey), ls=(0, dashes), lw=1.2, label=f"{text} level ({value:.2f})")
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = [
-    "spearman", "loglog_slope", "geometric_mean", "lr_sensitivity_terms", "lr_sensitivity",
+    "spearman", "loglog_slope", "row_slopes", "geometric_mean", "lr_sensitivity_terms", "lr_sensitivity",
     "median_loss", "Paired", "paired_difference", "one_sample", "t_critical95",
 ]  # fmt: skip
 
@@ -43,6 +43,19 @@ def spearman(y: np.ndarray, x: Optional[np.ndarray] = None) -> float:
 def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
     """Least-squares slope of log y against log x: the exponent p in y ~ x^p."""
     return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(y, float)), 1)[0])
+
+
+def row_slopes(x: Sequence[float], rows: np.ndarray) -> np.ndarray:
+    """The least-squares slope of each row of ``rows`` against ``x`` (one per seed, to average with
+    `one_sample` or pair): NaN for a row with a non-finite value, or with fewer than two points."""
+    x, rows = np.asarray(x, dtype=float), np.atleast_2d(np.asarray(rows, dtype=float))
+    if rows.shape[1] != x.size:
+        raise ValueError(f"row_slopes: each row needs one value per x ({x.size}), got rows of {rows.shape[1]}")
+    ok = np.isfinite(rows).all(1) & (x.size >= 2)
+    out = np.full(len(rows), np.nan)
+    if ok.any():
+        out[ok] = np.polyfit(x, rows[ok].T, 1)[0]
+    return out
 
 
 def geometric_mean(a: np.ndarray, axis: int = 0) -> np.ndarray:
