@@ -6,7 +6,7 @@ import math
 import pytest
 
 import normlab
-from normlab import board
+from normlab import board, board_replay
 from normlab.board import LONG, SIZES, Benchmark, Cell
 from normlab.record import TrainResult, plateau_exit, steps_to
 from normlab.stats import one_sample
@@ -188,28 +188,28 @@ def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again
     trained = make_boards(tmp_path, corpus)
     assert len(trained) == 4 and trained[2] == {} and not (tmp_path / "_data" / "lb-3-ci.json").exists()
     first = lambda k, plan, runs: [0] if k == 4 else []  # noqa: E731  (one run checks all rounds)
-    got = board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
+    got = board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
     assert got.source == "stored" and "1 of their" in got.why and len(got.runs) == 4
-    both = board.replay([board.Stored(TINY, "lb", first, "ci"), board.Stored(TINY, "lb", first, "ci")],
-                        corpus=corpus, workers=1)  # fmt: skip
+    twice = [board_replay.Stored(TINY, "lb", first, "ci")] * 2
+    both = board_replay.replay(twice, corpus=corpus, workers=1)
     assert [r.source for r in both] == ["stored", "stored"]
     path = tmp_path / "_data" / "lb-4-ci.json"
     payload = json.loads(path.read_text())
     payload["results"][0]["evals"][-1][1] += 0.5  # what a numerical change in the code would do
     path.write_text(json.dumps(payload))
     with pytest.raises(ValueError, match="make_leaderboard"):
-        board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
-    live = board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
+        board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
+    live = board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
     assert live.source == "live" and "do not reproduce" in live.why
     cell = live.plans[3].entries[0][0]
     assert live.all_runs()[cell, "report"][0].final_val_loss == pytest.approx(
         trained[3][cell, "report"][0].final_val_loss
     )
-    assert board.load_rounds(TINY, "lb", "ci", corpus=corpus).why == "loaded as stored, not checked"
+    assert board_replay.load_rounds(TINY, "lb", "ci", corpus=corpus).why == "loaded as stored, not checked"
     with pytest.raises(ValueError, match="at least one"):
-        board.replay_rounds(TINY, "lb", lambda *_: [], scale="ci", corpus=corpus, workers=1)
+        board_replay.replay_rounds(TINY, "lb", lambda *_: [], scale="ci", corpus=corpus, workers=1)
     (tmp_path / "_data" / "lb-2-ci.json").unlink()
-    assert "no stored board" in board.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1).why
+    assert "no stored board" in board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1).why
 
 
 def load_script(name: str):

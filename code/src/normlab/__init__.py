@@ -9,6 +9,7 @@ from . import (
     attention,
     batched,
     board,
+    board_replay,
     checks,
     claims,
     exercises,
@@ -84,7 +85,8 @@ configure_threads()  # one torch thread unless OMP_NUM_THREADS or NORMLAB_THREAD
 __all__ = [
     "attention", "init", "model", "ngram", "norms", "reference", "replay", "timing", "variants",
     "NgramLevels", "Replay", "ngram_levels", "replay_or_run", "run_regime", "save_sweep", "stored_sweep",
-    "batched", "board", "checks", "claims", "record", "exercises", "interop", "plot", "probes", "results", "stats",
+    "batched", "board", "board_replay", "checks", "claims", "record", "exercises", "interop", "plot", "probes",
+    "results", "stats",
     "store", "sweep", "training", "CorpusSpec", "SweepError", "configure_threads", "default_store",
     "divergence_ceiling",
     "run_many", "Branch", "HEAD_SCALES", "ModelConfig", "Shortcut", "Wrap",
