@@ -27,7 +27,7 @@ def test_a_shared_seed_effect_cancels_in_the_pairs_and_not_in_the_pooled_spread(
 def test_diverged_pairs_are_left_out_and_bad_shapes_refused():
     p = paired_difference([2.3, float("nan"), 2.4], [2.2, 2.2, float("nan")])
     assert p.diffs.size == 1 and p.dropped == 2 and math.isnan(p.se) and not p.resolved
-    assert "2 pair(s) with a diverged run left out" in p.describe()
+    assert "2 pair(s) with a stalled or diverged run (no value) left out" in p.describe()
     assert paired_difference([], []).describe() == "no pair without a diverged run"
     with pytest.raises(ValueError, match="one length"):
         paired_difference([1.0, 2.0], [1.0])

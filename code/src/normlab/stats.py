@@ -130,7 +130,7 @@ def t_critical95(df: int) -> float:
 class Paired:
     """Seed-by-seed differences a - b (``diffs``, the pairs where both are finite), their ``mean``
     and its standard error ``se`` (sample SD / sqrt n; nan under two pairs); ``dropped`` counts the
-    pairs left out because a run diverged."""
+    pairs left out because a value is not finite (a run diverged, or a stall was masked as NaN)."""
 
     diffs: np.ndarray
     mean: float
@@ -160,7 +160,7 @@ class Paired:
         if self.diffs.size == 0:
             return "no pair without a diverged run"
         lo, hi = self.diffs.min(), self.diffs.max()
-        extra = f", {self.dropped} pair(s) with a diverged run left out" if self.dropped else ""
+        extra = f", {self.dropped} pair(s) with a stalled or diverged run (no value) left out" if self.dropped else ""
         return (f"{self.mean:+.{digits}f} +- {self.se:.{digits}f} (SE, {self.diffs.size} seeds; per seed "
                 f"{lo:+.{digits}f} .. {hi:+.{digits}f}{extra})")  # fmt: skip
 
