@@ -28,6 +28,10 @@ def test_diverged_pairs_are_left_out_and_bad_shapes_refused():
     p = paired_difference([2.3, float("nan"), 2.4], [2.2, 2.2, float("nan")])
     assert p.diffs.size == 1 and p.dropped == 2 and math.isnan(p.se) and not p.resolved
     assert "2 pair(s) with a stalled or diverged run (no value) left out" in p.describe()
+    # one pair has no spread: the texts say so rather than print nan
+    assert p.interval_text() == "+0.100 (one pair: no interval)"
+    assert p.describe().startswith("+0.100 (no SE: 1 seed; per seed")
+    assert "nan" not in p.describe() and paired_difference([], []).interval_text() == "no pair"
     assert paired_difference([], []).describe() == "no pair without a diverged run"
     with pytest.raises(ValueError, match="one length"):
         paired_difference([1.0, 2.0], [1.0])
@@ -59,3 +63,16 @@ def test_row_slopes_fit_each_seed_and_mark_rows_they_cannot_fit():
     assert np.isnan(row_slopes(x[:1], rows[:, :1])).all()  # one rung: no slope
     with pytest.raises(ValueError, match="one value per x"):
         row_slopes(x, rows[:, :2])
+
+
+def test_a_three_rung_ladder_slope_is_half_the_end_difference_so_the_middle_rung_does_not_enter():
+    """Chapter 9's ladders have three rungs equally spaced in log2 depth (2, 4, 8 and 3, 6, 12): the
+    least-squares slope is (L_deep - L_shallow) / 2 whatever the middle rung's loss."""
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(6, 3))
+    for ladder in ((2, 4, 8), (3, 6, 12)):
+        x = np.log2(ladder)
+        np.testing.assert_allclose(row_slopes(x, rows), (rows[:, 2] - rows[:, 0]) / 2, atol=1e-12)
+        moved = rows.copy()
+        moved[:, 1] += 10.0  # the middle rung, as far off as you like
+        np.testing.assert_allclose(row_slopes(x, moved), row_slopes(x, rows), atol=1e-12)

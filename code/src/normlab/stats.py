@@ -151,7 +151,10 @@ class Paired:
                 self.mean + t_critical95(self.diffs.size - 1) * self.se)  # fmt: skip
 
     def interval_text(self, digits: int = 3) -> str:
-        """The mean and its 95% interval, as the chapters print a gap: "+0.112 (+0.105, +0.119)"."""
+        """The mean and its 95% interval, as the chapters print a gap: "+0.112 (+0.105, +0.119)";
+        under two pairs there is no interval, and the text says so instead of printing nan."""
+        if self.diffs.size < 2:
+            return "no pair" if self.diffs.size == 0 else f"{self.mean:+.{digits}f} (one pair: no interval)"
         lo, hi = self.interval95()
         return f"{self.mean:+.{digits}f} ({lo:+.{digits}f}, {hi:+.{digits}f})"
 
@@ -160,8 +163,9 @@ class Paired:
         if self.diffs.size == 0:
             return "no pair without a diverged run"
         lo, hi = self.diffs.min(), self.diffs.max()
+        spread = f"+- {self.se:.{digits}f} (SE, " if self.diffs.size > 1 else "(no SE: "
         extra = f", {self.dropped} pair(s) with a stalled or diverged run (no value) left out" if self.dropped else ""
-        return (f"{self.mean:+.{digits}f} +- {self.se:.{digits}f} (SE, {self.diffs.size} seeds; per seed "
+        return (f"{self.mean:+.{digits}f} {spread}{self.diffs.size} seed{'s' if self.diffs.size > 1 else ''}; per seed "
                 f"{lo:+.{digits}f} .. {hi:+.{digits}f}{extra})")  # fmt: skip
 
 
