@@ -205,8 +205,8 @@ def veto_moved(runs: Runs, name: str, n_layers: int, arm: str, rates: Sequence[f
 
 def _reported(bm: Benchmark, runs: Runs, name: str, n: int, arm: str, rates: Sequence[float]) -> list:
     """The report entries of one choice: the chosen rate, and the lowest median's where the veto moved it."""
-    rs = [best_rate(runs, name, n, arm, rates), veto_moved(runs, name, n, arm, rates)]
-    return [(Cell(name, n, lr, arm), bm.report_seeds, True) for lr in rs if lr is not None]
+    chosen, low = best_rate(runs, name, n, arm, rates), best_rate(runs, name, n, arm, rates, veto=False)
+    return [(Cell(name, n, lr, arm), bm.report_seeds, True) for lr in dict.fromkeys((chosen, low))]
 
 
 def round1(bm: Benchmark) -> Plan:
