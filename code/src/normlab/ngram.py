@@ -2,8 +2,8 @@
 models of the training bytes, scored on the same fixed validation windows as every run.
 
 A model at the unigram level has learned byte frequencies; at the bigram level, which byte follows
-which; below the trigram level it uses more context than the two previous bytes, the job a
-Transformer's attention is for. Each model sees only what the LM sees: the bytes of its window.
+which; below the trigram level it scores better than a table of the two previous bytes, which takes
+more context, the job a Transformer's attention is for. Each model sees only what the LM sees: the bytes of its window.
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ class NgramLevels:
         return {
             "above unigram": f"above the unigram level ({u}): not even byte frequencies",
             "unigram": f"at the unigram level ({u}): byte frequencies and nothing more",
-            "bytes": f"between the unigram ({u}) and bigram ({b}) levels: which byte follows which, hardly more",
-            "context": f"between the bigram ({b}) and trigram ({t}) levels: more than the previous byte, less than "
-            "a table of the two previous bytes knows",
-            "beyond trigram": f"below the trigram level ({t}): more context than the two previous bytes",
+            "bytes": f"between the unigram ({u}) and bigram ({b}) levels: byte frequencies and part of which byte "
+            "follows which",
+            "context": f"between the bigram ({b}) and trigram ({t}) levels: better than a table of the previous "
+            "byte, worse than a table of the two previous bytes",
+            "beyond trigram": f"below the trigram level ({t}): better than a table of the two previous bytes",
         }[self.regime(loss)]
 
 
