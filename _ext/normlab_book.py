@@ -160,20 +160,22 @@ def run_key() -> tuple[str, int]:
 
 # Files under book/_data that no chapter reads (the costs page and the README render them), so a
 # new measurement there does not make every chapter run again.
-NOT_CHAPTER_INPUTS = ("costs-", "bench-", "budget")
+NOT_CHAPTER_INPUTS = ("costs-", "bench-", "budget", "claim-rates", "board-spread")
 
 
 def inputs_key() -> str:
     """A short hash of what a chapter's outputs depend on besides its own code, which is all the
-    execution cache keys on: normlab's source and the stored results the chapters load. A change to
-    either gives a new cache, so a rebuild never shows outputs computed from an older package or
-    an older stored board."""
+    execution cache keys on: normlab's source, the boards that ship inside it and the stored results the
+    chapters load, and how the boards are to be used (NORMLAB_BOARDS). A change to any gives a new cache,
+    so a rebuild never shows outputs computed from an older package or an older stored board."""
     import hashlib
 
+    from normlab.replay import board_path, mode
     from normlab.store import source_hash
 
-    digest = hashlib.sha256(source_hash().encode())
-    for path in sorted((ROOT / "book" / "_data").glob("*.json")):
+    digest = hashlib.sha256(f"{source_hash()}\0{mode()}".encode())
+    boards = sorted(board_path("x", "ci").parent.glob("*.json.xz"))
+    for path in boards + sorted((ROOT / "book" / "_data").glob("*.json")):
         if not path.name.startswith(NOT_CHAPTER_INPUTS):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
@@ -401,7 +403,8 @@ def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
         f'the result column says "identity") and {held["cited"]} of {len(by_kind["cited"])} citation checks '
         '("cited") held.'
     )
-    out: list[nodes.Node] = [summary]
+    rates = _claim_rates(app)
+    out: list[nodes.Node] = [summary, _rates_summary(rates)]
     for doc in dict.fromkeys(d for d, _ in claims):  # chapters in order, once each
         out.append(nodes.paragraph("", "", nodes.strong("", "", _link(app, fromdoc, doc))))
         rows = [
@@ -409,12 +412,42 @@ def _claims_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
                 nodes.paragraph("", "", _anchor_link(app, fromdoc, d, c)),
                 nodes.Text(c["statement"]),
                 nodes.Text(c["measured"]),
+                nodes.Text(_rate_text(rates["claims"].get(c["id"])) if rates else "not measured"),
             ]
             for d, c in claims
             if d == doc
         ]
-        out.append(_table(["result", "claim", "measured"], rows, [10, 45, 45]))
+        out.append(_table(["result", "claim", "measured", "held at ci"], rows, [9, 40, 38, 13]))
     return out
+
+
+def _claim_rates(app: Sphinx) -> dict[str, Any] | None:
+    """book/_data/claim-rates-ci.json: how often each claim held over many seed bases at the ci scale."""
+    path = Path(app.srcdir) / "book" / "_data" / "claim-rates-ci.json"
+    if not path.exists():
+        return None
+    app.env.note_dependency(str(path))
+    return json.loads(path.read_text())
+
+
+def _rate_text(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "not measured"
+    return f"{row['held']} of {row['bases']} seed bases ({100 * row['rate']:.0f}%)"
+
+
+def _rates_summary(rates: dict[str, Any] | None) -> nodes.Node:
+    """What the last column means, with its own provenance."""
+    if rates is None:
+        return nodes.paragraph(text="No pass rates over seed bases have been measured for this build.")
+    bases = sorted({b for ch in rates["chapters"].values() for b in ch["bases"]})
+    pythons = sorted({p for ch in rates["chapters"].values() for p in ch["python"]})
+    return nodes.paragraph(
+        text=f"The last column is a claim's pass rate: how many of {len(bases)} fresh seed bases "
+        f"({bases[0]} to {bases[-1]}, none of them used to choose a claim's wording) it held at, each chapter "
+        f"executed whole at the ci scale on Python {' and '.join(pythons)} (scripts/claim_rates.py; every "
+        "claim must hold at 95% of them or more, tested). At the book's own seeds it is the first column."
+    )
 
 
 def _costs_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The stored boards, made again: each chapter named (default: the main sweeps of chapters 4 to 9,
 # each) trained live by its own notebook at each scale in
-# NORMLAB_BOARD_SCALES (default "ci cpu"), seed base 0, and saved with its provenance (the
-# chapters' maintainer cells, NORMLAB_RESULTS_DIR), then copied to book/_data/. Run it from a clean
+# NORMLAB_BOARD_SCALES (default "ci cpu"), seed base 0, and saved with its provenance and its runs'
+# early fingerprints (the chapters' maintainer cells, NORMLAB_RESULTS_DIR), then copied to the boards
+# that ship inside normlab, code/src/normlab/boards/ (xz-compressed). Run it from a clean
 # checkout (the provenance records the revision and whether normlab's source had uncommitted
 # changes). Usage: scripts/make_boards.sh [chapter ...], e.g. scripts/make_boards.sh 07_normformer
 set -euo pipefail
@@ -22,7 +23,7 @@ for scale in ${NORMLAB_BOARD_SCALES:-ci cpu}; do
             # (the long budget, one board for every scale, only with NORMLAB_BOARD_LONG=1: hours of CPU).
             long=(); [ "${NORMLAB_BOARD_LONG:-0}" = 1 ] && [ "$scale" = cpu ] && long=(--long)
             OMP_NUM_THREADS=1 python scripts/make_leaderboard.py --scale "$scale" "${long[@]}" \
-                --store "$NORMLAB_STORE" --out book/_data
+                --store "$NORMLAB_STORE" --out code/src/normlab/boards
             continue
         fi
         start=$(date +%s)
@@ -31,7 +32,7 @@ for scale in ${NORMLAB_BOARD_SCALES:-ci cpu}; do
             python scripts/execute_chapter.py "$chapter" "$out/$scale/$chapter.ipynb"
         echo "make_boards: $chapter at $scale: $(( $(date +%s) - start )) s"
     done
-    cp "$out/$scale"/*.json book/_data/
+    cp "$out/$scale"/*.json.xz code/src/normlab/boards/
 done
-ls -l book/_data/
-echo "make_boards: boards written to book/_data/ (work files in $out)"
+ls -l code/src/normlab/boards/
+echo "make_boards: boards written to code/src/normlab/boards/ (work files in $out)"

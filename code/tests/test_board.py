@@ -1,6 +1,7 @@
 """The leaderboard's protocol: rates chosen on one set of seeds, reported on fresh ones."""
 
 import json
+import lzma
 import math
 
 import pytest
@@ -166,10 +167,11 @@ TINY = Benchmark(d_model=8, seq=8, batch=2, steps=4, depth=1, lrs=(1e-3, 1e-2), 
 
 
 def make_boards(tmp_path, corpus):
-    """Every round of TINY trained and saved as scripts/make_leaderboard.py does, in tmp/_data."""
+    """Every round of TINY trained and saved as scripts/make_leaderboard.py does, in tmp/boards."""
+    from normlab.replay import early_meta
     from normlab.results import provenance, save_results
 
-    (tmp_path / "_data").mkdir()
+    (tmp_path / "boards").mkdir()
     runs = []
     for k, make in enumerate(board.rounds(TINY), 1):
         plan = make(runs)
@@ -177,39 +179,51 @@ def make_boards(tmp_path, corpus):
             runs.append({})
             continue
         results = normlab.run_many(plan.jobs(), corpus=corpus, workers=1)
-        save_results(tmp_path / "_data" / f"lb-{k}-ci.json", results, {"provenance": provenance(corpus)})
+        meta = {"provenance": provenance(corpus), "early": early_meta(results, corpus)}
+        save_results(tmp_path / "boards" / f"lb-{k}-ci.json.xz", results, meta)
         runs.append(plan.collect(results))
     return runs
 
 
-def test_stored_rounds_are_replayed_under_one_check_and_stale_ones_trained_again(tmp_path, monkeypatch):
+def test_stored_rounds_are_confirmed_under_one_check_shown_when_not_and_trained_when_asked(tmp_path, monkeypatch):
     corpus = normlab.load_corpus()
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NORMLAB_BOARDS", raising=False)
+    here = lambda name, scale=None: tmp_path / "boards" / f"{name}-{scale}.json.xz"  # noqa: E731
+    monkeypatch.setattr(board_replay, "board_path", here)
     trained = make_boards(tmp_path, corpus)
-    assert len(trained) == 4 and trained[2] == {} and not (tmp_path / "_data" / "lb-3-ci.json").exists()
+    assert len(trained) == 4 and trained[2] == {} and not (tmp_path / "boards" / "lb-3-ci.json.xz").exists()
     first = lambda k, plan, runs: [0] if k == 4 else []  # noqa: E731  (one run checks all rounds)
     got = board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
-    assert got.source == "stored" and "1 of their" in got.why and len(got.runs) == 4
+    assert got.source == "stored" and got.why.startswith("confirmed: 1 of its") and len(got.runs) == 4
+    assert got.checked[0][:2] == ("lb-4", 0)
     twice = [board_replay.Stored(TINY, "lb", first, "ci")] * 2
     both = board_replay.replay(twice, corpus=corpus, workers=1)
     assert [r.source for r in both] == ["stored", "stored"]
-    path = tmp_path / "_data" / "lb-4-ci.json"
-    payload = json.loads(path.read_text())
-    payload["results"][0]["evals"][-1][1] += 0.5  # what a numerical change in the code would do
-    path.write_text(json.dumps(payload))
-    with pytest.raises(ValueError, match="make_leaderboard"):
-        board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
+    real = normlab.training.lr_multiplier  # a change to the code: the schedule's warmup one step longer
+    monkeypatch.setattr(normlab.training, "lr_multiplier", lambda s, step, *, warmup, total, **kw: real(
+        s, step, warmup=warmup + 1, total=total, **kw))  # fmt: skip
+    changed = board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
+    assert changed.source == "unconfirmed" and "the code that made this board has changed" in changed.why
+    assert changed.all_runs() == got.all_runs()  # shown as stored, and said to be so
+    monkeypatch.setenv("NORMLAB_BOARDS", "strict")
+    with pytest.raises(ValueError, match="make the boards again"):
+        board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
+    monkeypatch.setattr(normlab.training, "lr_multiplier", real)
+    monkeypatch.setenv("NORMLAB_BOARDS", "live")
     live = board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1)
-    assert live.source == "live" and "do not reproduce" in live.why
+    assert live.source == "live" and "NORMLAB_BOARDS=live" in live.why
     cell = live.plans[3].entries[0][0]
-    assert live.all_runs()[cell, "report"][0].final_val_loss == pytest.approx(
-        trained[3][cell, "report"][0].final_val_loss
-    )
+    assert live.all_runs()[cell, "report"][0].losses == trained[3][cell, "report"][0].losses
+    kept = board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
+    assert kept.source == "stored"  # the long budget is never trained by a build, live or not
+    monkeypatch.delenv("NORMLAB_BOARDS")
     assert board_replay.load_rounds(TINY, "lb", "ci", corpus=corpus).why == "loaded as stored, not checked"
     with pytest.raises(ValueError, match="at least one"):
         board_replay.replay_rounds(TINY, "lb", lambda *_: [], scale="ci", corpus=corpus, workers=1)
-    (tmp_path / "_data" / "lb-2-ci.json").unlink()
+    (tmp_path / "boards" / "lb-2-ci.json.xz").unlink()
     assert "no stored board" in board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1).why
+    with pytest.raises(ValueError, match="make_leaderboard"):
+        board_replay.replay_rounds(TINY, "lb", first, scale="ci", corpus=corpus, workers=1, train_if_stale=False)
 
 
 def load_script(name: str):
@@ -234,20 +248,27 @@ def test_make_leaderboard_reuses_stored_runs_checks_them_and_refuses_ones_that_d
     corpus, out = normlab.load_corpus(), tmp_path / "_data"
     out.mkdir()
     ml.make(TINY, "ci", "lb", None, out, corpus, reuse=False, verify=0)
-    first = {k: json.loads((out / f"lb-{k}-ci.json").read_text()) for k in (1, 2, 4)}
+    read = lambda k: json.loads(lzma.decompress((out / f"lb-{k}-ci.json.xz").read_bytes()))  # noqa: E731
+    first = {k: read(k) for k in (1, 2, 4)}
     # a grid with one more rate: round 1 holds its old runs and two new ones
     wider = dataclasses.replace(TINY, lrs=(1e-3, 3e-3, 1e-2))
     ml.make(wider, "ci", "lb", None, out, corpus, reuse=True, verify=1)
-    meta = json.loads((out / "lb-1-ci.json").read_text())["meta"]
+    meta = read(1)["meta"]
     assert meta["reused"]["runs"] == len(first[1]["results"]) and meta["reused"]["verified"] == 1
     revision = first[1]["meta"]["provenance"]["revision"]
-    assert meta["reused"]["from"] == [f"lb-1-ci.json (made at {revision})"]
-    # a stored run that the training code no longer reproduces stops the script
-    payload = json.loads((out / "lb-1-ci.json").read_text())
-    for r in payload["results"]:
-        r["evals"][-1][1] += 0.5
-    (out / "lb-1-ci.json").write_text(json.dumps(payload))
-    (out / "lb-2-ci.json").unlink()
-    with pytest.raises(SystemExit, match="does not reproduce"):
+    assert meta["reused"]["from"] == [f"lb-1-ci.json.xz (made at {revision})"]
+    key = lambda r: json.dumps([r["model"], r["config"]], sort_keys=True)  # noqa: E731
+    was = dict(zip(map(key, first[1]["results"]), first[1]["meta"]["early"]["fingerprints"]))
+    now = read(1)
+    kept = [fp == was[key(r)] for r, fp in zip(now["results"], now["meta"]["early"]["fingerprints"]) if key(r) in was]
+    assert len(kept) == meta["reused"]["runs"] and all(kept)  # a reused run keeps its board's fingerprint
+    # a stored run whose early check the training code no longer passes stops the script
+    payload = read(1)
+    payload["meta"]["early"]["fingerprints"] = [
+        [x * (1 + 1e-6) for x in fp] for fp in payload["meta"]["early"]["fingerprints"]
+    ]
+    (out / "lb-1-ci.json.xz").write_bytes(lzma.compress(json.dumps(payload).encode()))
+    (out / "lb-2-ci.json.xz").unlink()
+    with pytest.raises(SystemExit, match="fails its early check"):
         ml.make(dataclasses.replace(TINY, lrs=(1e-3, 3e-3, 1e-2, 3e-2)), "ci", "lb", None, out, corpus, reuse=True,
                 verify=100)  # fmt: skip

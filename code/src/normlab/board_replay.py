@@ -1,8 +1,8 @@
 """Chapter 9's stored boards, replayed: each round of a `normlab.board.Benchmark` loaded from its
-file if it holds exactly the runs that round would train, with a few of them trained again to check it.
+file if it holds exactly the runs that round would train, and checked by `normlab.replay`'s early check.
 
-A board that fails the check (changed code, another seed base or scale) is trained live, every round,
-or refused with a message that says how to make it again (`scripts/make_leaderboard.py`).
+The rule is `normlab.replay`'s (`confirm`, `verdict`, NORMLAB_BOARDS); a board of other runs (another seed
+base or scale) is trained live, every round, or refused with how to make it again (`make_leaderboard.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .board import Benchmark, Plan, Runs, rounds
 from .data import Corpus, load_corpus
-from .replay import board_path, loss_difference, mismatch
+from .replay import MODE_VAR, Check, board_path, confirm, mismatch, mode, verdict
 from .results import load_results
 from .scale import get_scale
 from .sweep import run_many
@@ -23,14 +23,14 @@ __all__ = ["Rounds", "Stored", "replay", "replay_rounds", "load_rounds"]
 
 @dataclass
 class Rounds:
-    """What `replay_rounds` returns: each round's plan and runs, where they came from ("stored" or
-    "live") and why, and the (board, job index, stored, fresh) final losses of the runs checked."""
+    """What `replay_rounds` returns: each round's plan and runs, where they came from ("stored",
+    "unconfirmed" or "live") and why, and the (board, job index, relative difference) of the early check."""
 
     plans: list[Plan]
     runs: list[Runs]
     source: str
     why: str
-    checked: list[tuple[str, int, float, float]] = field(default_factory=list)
+    checked: list[tuple[str, int, float]] = field(default_factory=list)
     meta: list[dict[str, Any]] = field(default_factory=list)
 
     def all_runs(self) -> Runs:
@@ -72,9 +72,9 @@ def load_rounds(bm: Benchmark, name: str, scale: str, *, corpus: Optional[Corpus
 
 @dataclass(frozen=True)
 class Stored:
-    """A benchmark's stored boards, as `replay` takes them: ``<name>-<k>-<scale>.json`` (scale None:
-    the current one), the runs ``check(k, plan, runs so far)`` names trained again, and whether a
-    board that cannot be used is trained live (else a ValueError says how to make it again)."""
+    """A benchmark's stored boards, as `replay` takes them: ``<name>-<k>-<scale>.json.xz`` (scale None:
+    the current one), the runs ``check(k, plan, runs so far)`` names trained again for their early check,
+    and whether NORMLAB_BOARDS=live may train them here (the long budget's hours never are)."""
 
     bm: Benchmark
     name: str
@@ -83,45 +83,45 @@ class Stored:
     train_if_stale: bool = True
 
 
-def replay(boards: Sequence[Stored], *, corpus: Optional[Corpus] = None, tol: float = 0.02,
-           **sweep: Any) -> list[Rounds]:  # fmt: skip
+def _live(bm: Benchmark, corpus: Corpus, sweep: dict[str, Any]) -> tuple[list[Plan], list[Runs]]:
+    plans, runs = [], []
+    for make in rounds(bm):
+        plan = make(runs)
+        results = run_many(plan.jobs(), corpus=corpus, **sweep) if plan.entries else []
+        plans.append(plan), runs.append(plan.collect(results))
+    return plans, runs
+
+
+def replay(boards: Sequence[Stored], *, corpus: Optional[Corpus] = None, **sweep: Any) -> list[Rounds]:
     """The rounds of each of ``boards`` from their stored files, if each holds exactly the runs its
-    round would train given the rounds before it, and the runs its check names in every round,
-    trained again now (those of every board in one sweep, so they share the workers), end within
-    ``tol`` nats of their stored final loss (or diverge as they did). All rounds of a board share one
-    code, so a round may name none when another is checked. A board that fails is trained live,
-    every round (or, with ``train_if_stale=False``, a ValueError says how to make it again)."""
+    round would train given the rounds before it, under `normlab.replay`'s rule: the runs its check
+    names in every round are trained again for their early check (`confirm`). A board that holds other
+    runs (another seed base, changed numbers), or NORMLAB_BOARDS=live, trains every round live, except a
+    board with ``train_if_stale=False``: it is shown as stored (and checked) under NORMLAB_BOARDS=live,
+    and one that holds other runs is a ValueError saying how to make it again."""
     corpus = corpus or load_corpus()
-    loaded = [_load(b.bm, b.name, b.scale or get_scale(), corpus, b.check) for b in boards]
-    for b, (*_, jobs, why) in zip(boards, loaded):
-        if not why and not jobs:
-            raise ValueError(f"{b.name}: check named no run in any round: at least one must be trained again")
-    todo = [job for *_, jobs, why in loaded if not why for _, _, job in jobs]
-    fresh = iter(run_many(todo, corpus=corpus, **sweep) if todo else [])
-    out = []
-    for b, (plans, runs, stored, metas, jobs, why) in zip(boards, loaded):
-        scale = b.scale or get_scale()
-        if not why:
-            checked = [(f"{b.name}-{k}", i, stored[k - 1][i].final_val_loss, next(fresh).final_val_loss)
-                       for k, i, _ in jobs]  # fmt: skip
-            worst = max(loss_difference(x, y) for *_, x, y in checked)
-            if worst <= tol:
-                n = sum(map(len, stored))
-                note = f"{len(jobs)} of their {n} runs trained again: largest difference {worst:.2g} nats"
-                out.append(Rounds(plans, runs, "stored", note, checked, metas))
-                continue
-            why = f"they do not reproduce: {len(jobs)} runs trained again differ by up to {worst:.3g} nats (> {tol:g})"
-        if not b.train_if_stale:
-            raise ValueError(f"the stored boards {b.name}-*-{scale}.json cannot be used: {why}; make them again "
-                             "with scripts/make_leaderboard.py (see its docstring)")  # fmt: skip
-        print(f"normlab: {b.name}: {why}; training every round live", file=sys.stderr)
-        plans, runs = [], []
-        for make in rounds(b.bm):
-            plan = make(runs)
-            results = run_many(plan.jobs(), corpus=corpus, **sweep) if plan.entries else []
-            plans.append(plan), runs.append(plan.collect(results))
-        out.append(Rounds(plans, runs, "live", why))
-    return out
+    return [_replay_one(b, corpus, sweep) for b in boards]
+
+
+def _replay_one(b: Stored, corpus: Corpus, sweep: dict[str, Any]) -> Rounds:
+    scale = b.scale or get_scale()
+    plans, runs, stored, metas, jobs, why = _load(b.bm, b.name, scale, corpus, b.check)
+    if not why and not jobs:
+        raise ValueError(f"{b.name}: check named no run in any round: at least one must be trained again")
+    if not why and (mode() != "live" or not b.train_if_stale):
+        checks = [(k, confirm(metas[k - 1], plans[k - 1].jobs(), [i for kk, i, _ in jobs if kk == k], corpus))
+                  for k in sorted({k for k, _, _ in jobs})]  # fmt: skip
+        missing = "; ".join(f"{b.name}-{k}: {c.missing}" for k, c in checks if c.missing)
+        merged = Check(missing=missing) if missing else Check([(i, d) for _, c in checks for i, d in c.differences])
+        source, sentence = verdict(f"{b.name}-*-{scale}", merged, sum(map(len, stored)))
+        checked = [(f"{b.name}-{k}", i, d) for k, c in checks for i, d in c.differences]
+        return Rounds(plans, runs, source, sentence, checked, metas)
+    why = why or f"trained here, as {MODE_VAR}=live asks"
+    if not b.train_if_stale:
+        raise ValueError(f"the stored boards {b.name}-*-{scale} cannot be used: {why}; make them again "
+                         "with scripts/make_leaderboard.py (see its docstring)")  # fmt: skip
+    print(f"normlab: {b.name}: {why}; training every round live", file=sys.stderr)
+    return Rounds(*_live(b.bm, corpus, sweep), "live", why)
 
 
 def replay_rounds(bm: Benchmark, name: str, check: Callable[[int, Plan, list[Runs]], Sequence[int]], *,

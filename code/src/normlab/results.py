@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import lzma
 import math
 import platform
 import subprocess
@@ -19,7 +20,7 @@ from .data import Corpus, load_corpus
 from .model import model_kwargs_from_json, model_kwargs_to_json
 from .record import TrainResult
 from .scale import get_device, get_scale, seed_base
-from .store import atomic_write_text
+from .store import atomic_write_bytes
 from .sweep import SweepError, default_workers, run_many
 from .training import lr_multiplier
 
@@ -92,6 +93,10 @@ def encode_model(kwargs: dict[str, Any]) -> dict[str, Any]:
     return model_kwargs_to_json(kwargs)
 
 
+# A stored board's early fingerprints (`normlab.replay`) are compared to 1e-9: kept whole, never rounded.
+EXACT_META = ("early",)
+
+
 def results_json(results: Sequence[TrainResult], meta: dict[str, Any], *, digits: Optional[int] = 5) -> str:
     """What `save_results` writes, as text."""
     rows = []
@@ -100,7 +105,8 @@ def results_json(results: Sequence[TrainResult], meta: dict[str, Any], *, digits
         row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name not in ("trained_model", "lrs")}
         row["model"] = encode_model(r.model)
         rows.append(row)
-    payload = _round({"meta": meta, "results": rows}, digits)
+    payload = _round({"meta": {k: v for k, v in meta.items() if k not in EXACT_META}, "results": rows}, digits)
+    payload["meta"].update({k: _round(v, None) for k, v in meta.items() if k in EXACT_META})
     return json.dumps(payload, separators=(",", ":"), allow_nan=False) + "\n"
 
 
@@ -110,8 +116,10 @@ def save_results(
     """Write ``results`` and ``meta`` (e.g. ``{"provenance": provenance(corpus), "grid": ...}``) as
     strict JSON, floats to ``digits`` significant digits (None: exact), without the per-step learning
     rates (the config gives them); `load_results` gives back equal results. The file is written
-    whole or not at all (`normlab.store.atomic_write_text`)."""
-    atomic_write_text(path, results_json(results, meta, digits=digits))
+    whole or not at all (`normlab.store.atomic_write_bytes`), xz-compressed when ``path`` ends in
+    ``.xz`` (the boards that ship inside normlab)."""
+    data = results_json(results, meta, digits=digits).encode()
+    atomic_write_bytes(path, lzma.compress(data, preset=9) if str(path).endswith(".xz") else data)
 
 
 def load_results(
@@ -123,8 +131,8 @@ def load_results(
     results file is a ValueError that says what is wrong with it."""
     path = Path(path)
     try:
-        payload = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+        payload = json.loads(lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_text())
+    except (json.JSONDecodeError, lzma.LZMAError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a normlab results file: not JSON ({error})") from error
     if not (isinstance(payload, dict) and isinstance(payload.get("meta"), dict)
             and isinstance(payload.get("results"), list)):  # fmt: skip

@@ -26,7 +26,9 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import nn
 
-__all__ = ["Unkeyable", "callable_key", "value_key", "source_hash", "job_key", "atomic_write_text", "default_store"]
+__all__ = ["Unkeyable", "callable_key", "value_key", "source_hash", "job_key", "atomic_write_text",
+           "atomic_write_bytes",
+           "default_store"]
 
 PathLike = Union[str, Path]
 
@@ -184,14 +186,19 @@ def job_key(spec: dict[str, Any]) -> str:
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file of its own in the same
+    """`atomic_write_bytes` of ``text`` in UTF-8."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file of its own in the same
     directory (two writers never share one), flushed and fsynced, then renamed over ``path``. A
     writer killed half-way leaves ``path`` as it was and a stray ``.tmp`` file behind."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -6,11 +6,12 @@ Probes observe without perturbing: a tracked and an untracked run with one seed 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -192,6 +193,18 @@ def _isolated_rng(device: torch.device) -> Any:
     return torch.random.fork_rng(devices=devices)
 
 
+@contextlib.contextmanager
+def _default_dtype(dtype: Optional[torch.dtype]) -> Iterator[None]:
+    """torch's default floating dtype set to ``dtype`` inside (None: left as it is), restored after."""
+    before = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def call_probe(probe: Probe, model: TransformerLM, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     """``probe(model, x, y)`` on copies of the windows, with the random state isolated, its values
     made plain (`_plain`); a probe must return a dict."""
@@ -221,6 +234,7 @@ def train(
     device: Optional[torch.device] = None,
     progress: bool = False,
     probe: Optional[Probe] = None,
+    stop_after: Optional[int] = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``corpus`` with AdamW and ``config.schedule``.
 
@@ -233,6 +247,7 @@ def train(
     step's record. The run ends ``"diverged"`` when a loss, a gradient statistic, a probe value or
     a validation loss is not finite, or when the training loss stays above max(ln V, first loss)
     for ``config.diverge_window`` steps in a row (worse than guessing uniformly, for a while).
+    ``stop_after=k`` trains only the first k steps of that schedule (a stored board's early check).
     """
     device = device or get_device()
     model.to(device).train()
@@ -251,6 +266,8 @@ def train(
     start = time.perf_counter()
     bar = tqdm(range(1, config.steps + 1), disable=not progress, leave=False, desc="train")
     for step in bar:
+        if stop_after is not None and step > stop_after:
+            break
         lr = config.lr * lr_multiplier(
             config.schedule, step, warmup=config.warmup, total=config.steps,
             min_ratio=config.min_lr_ratio, decay_fraction=config.decay_fraction,
@@ -340,21 +357,25 @@ def run(
     probe: Optional[Probe] = None,
     final_probe: Optional[Probe] = None,
     keep_model: bool = False,
+    stop_after: Optional[int] = None,
+    dtype: Optional[torch.dtype] = None,
 ) -> TrainResult:
     """Seed, build ``TransformerLM(corpus.vocab_size, **model_kwargs)``, finish its init on data
     where its placement asks for it (`data_init_`: Admin), train; the result keeps both
     configs. ``final_probe(model, x, y)`` runs once on the trained model (on the first validation
     windows) into ``result.final``, unless the run diverged; ``keep_model=True`` hands the trained
-    model back as ``result.trained_model`` (never saved with the results).
+    model back as ``result.trained_model`` (never saved with the results); ``stop_after`` as `train`.
+    ``dtype`` (default: torch's, float32) builds and trains the model in that precision: float64
+    makes a stored board's early check (`normlab.replay`) blind to how a processor rounds.
 
     The run seeds torch's global generator itself (dropout draws from it) inside a forked random
     state, so the caller's own random stream is the same before and after."""
     check_job(model_kwargs, config)
     corpus = corpus or load_corpus()
     device = device or get_device()
-    with _isolated_rng(device):
+    with _isolated_rng(device), _default_dtype(dtype):
         model = initial_model(model_kwargs, config, corpus)
-        result = train(model, corpus, config, device=device, progress=progress, probe=probe)
+        result = train(model, corpus, config, device=device, progress=progress, probe=probe, stop_after=stop_after)
     result.model = dict(model_kwargs)
     if final_probe is not None and result.status != "diverged":
         on = next(model.parameters()).device
