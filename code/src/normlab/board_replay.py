@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .board import Benchmark, Plan, Runs, rounds
 from .data import Corpus, load_corpus
-from .replay import MODE_VAR, Check, board_path, confirm, mismatch, mode, verdict
+from .replay import BOARD_SCALE, MODE_VAR, Check, board_path, confirm, mismatch, mode, verdict
 from .results import load_results
 from .scale import get_scale
 from .sweep import run_many
@@ -73,8 +73,9 @@ def load_rounds(bm: Benchmark, name: str, scale: str, *, corpus: Optional[Corpus
 @dataclass(frozen=True)
 class Stored:
     """A benchmark's stored boards, as `replay` takes them: ``<name>-<k>-<scale>.json.xz`` (scale None:
-    the current one), the runs ``check(k, plan, runs so far)`` names trained again for their early check,
-    and whether NORMLAB_BOARDS=live may train them here (the long budget's hours never are)."""
+    this page's board scale, `normlab.replay.BOARD_SCALE`), the runs ``check(k, plan, runs so far)``
+    names trained again for their early check, and whether NORMLAB_BOARDS=live may train them here (the
+    long budget's hours never are)."""
 
     bm: Benchmark
     name: str
@@ -104,7 +105,7 @@ def replay(boards: Sequence[Stored], *, corpus: Optional[Corpus] = None, **sweep
 
 
 def _replay_one(b: Stored, corpus: Corpus, sweep: dict[str, Any]) -> Rounds:
-    scale = b.scale or get_scale()
+    scale = b.scale or BOARD_SCALE[get_scale()]
     plans, runs, stored, metas, jobs, why = _load(b.bm, b.name, scale, corpus, b.check)
     if not why and not jobs:
         raise ValueError(f"{b.name}: check named no run in any round: at least one must be trained again")

@@ -58,10 +58,15 @@ def mode() -> str:
     return value
 
 
+# Which scale's boards a page shows: its own, except at the gpu scale, whose sweeps would not fit a
+# Colab GPU's 10 minutes (estimated on the costs page): it shows the largest stored boards, the cpu ones.
+BOARD_SCALE = {"ci": "ci", "cpu": "cpu", "gpu": "cpu"}
+
+
 def board_path(name: str, scale: Optional[str] = None) -> Path:
-    """Where the board ``name`` for ``scale`` (default: the current one) ships: inside normlab, found
-    wherever normlab is installed (a clone, a wheel on Colab)."""
-    return Path(str(files("normlab") / "boards")) / f"{name}-{scale or get_scale()}.json.xz"
+    """Where the board ``name`` for ``scale`` (default: the board scale of this page, `BOARD_SCALE`)
+    ships: inside normlab, found wherever normlab is installed (a clone, a wheel on Colab)."""
+    return Path(str(files("normlab") / "boards")) / f"{name}-{scale or BOARD_SCALE[get_scale()]}.json.xz"
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -276,7 +281,7 @@ def save_sweep(name: str, results: Sequence[TrainResult], meta: dict[str, Any]) 
     out = os.environ.get(RESULTS_DIR_VAR)
     if not out:
         return None
-    path = Path(out) / board_path(name).name
+    path = Path(out) / board_path(name, get_scale()).name
     path.parent.mkdir(parents=True, exist_ok=True)
     save_results(path, list(results), {**meta, "early": early_meta(results)})
     print(f"saved {path}")

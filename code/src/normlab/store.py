@@ -27,8 +27,7 @@ import torch
 from torch import nn
 
 __all__ = ["Unkeyable", "callable_key", "value_key", "source_hash", "job_key", "atomic_write_text",
-           "atomic_write_bytes",
-           "default_store"]
+           "atomic_write_bytes", "default_store"]  # fmt: skip
 
 PathLike = Union[str, Path]
 
