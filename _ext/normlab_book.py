@@ -160,7 +160,7 @@ def run_key() -> tuple[str, int]:
 
 # Files under book/_data that no chapter reads (the costs page and the README render them), so a
 # new measurement there does not make every chapter run again.
-NOT_CHAPTER_INPUTS = ("costs-", "bench-", "budget", "claim-rates", "board-spread")
+NOT_CHAPTER_INPUTS = ("costs-", "bench-", "budget", "claim-rates", "board-spread", "estimate-")
 
 
 def inputs_key() -> str:
@@ -471,8 +471,15 @@ def _costs_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
     for run in runs.values():
         totals.append(nodes.strong(text=f"{sum(run['seconds'].values()):.0f} s"))
     rows.append(totals)
+    estimate = _gpu_estimate(app) if "gpu" not in runs else None
+    if estimate is not None:  # no GPU has measured the gpu scale: its modelled time, said as such
+        for doc, row in zip(docs, rows):
+            minutes = estimate["chapters"].get(doc.removeprefix("book/"), {}).get("estimated_min")
+            row.append(nodes.Text("" if minutes is None else f"about {minutes:.0f} min"))
+        rows[-1].append(nodes.strong(text=f"about {estimate['total_min']:.0f} min"))
     header = ["chapter"] + [f"{scale} scale" for scale in runs]
-    out: list[nodes.Node] = [_table(header, rows, [40] + [20] * len(runs))]
+    header += ["gpu scale, Colab T4: ESTIMATE"] if estimate else []
+    out: list[nodes.Node] = [_table(header, rows, [34] + [66 // (len(header) - 1)] * (len(header) - 1))]
     items = nodes.bullet_list()
     for scale, run in runs.items():
         p = run["provenance"]
@@ -481,8 +488,30 @@ def _costs_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
             f"Python {p['python']}), normlab at {p['revision']}; each notebook executed once, end to end."
         )
         items += nodes.list_item("", nodes.paragraph(text=text))
+    if estimate is not None:
+        before = {ch: c["before"]["estimated_min"] for ch, c in estimate["chapters"].items()}
+        text = (
+            f"gpu: not measured (no GPU has run this book yet); estimated by {estimate['made_by']} from the runs, "
+            f"steps and FLOPs of each chapter at that scale and the kernels a training step launches (counted on "
+            f"the CPU), for a T4 at {100 * estimate['assumptions']['sustained_fraction']:.0f}% of its float32 peak "
+            f"and {1e6 * estimate['assumptions']['seconds_per_op']:.0f} microseconds per launched kernel. At its "
+            f"first, larger sizes the gpu scale was estimated at {sum(before.values()):.0f} minutes in all "
+            f"(chapter 9 alone {before.get('09_leaderboard', 0):.0f}): a Colab reader should wait about 10 "
+            "minutes for a chapter, so chapters 3 to 9 now run their sweeps at the cpu sizes there and show the "
+            "cpu boards. bash scripts/measure_gpu.sh on a GPU measures it and replaces this column."
+        )
+        items += nodes.list_item("", nodes.paragraph(text=text))
     out.append(items)
     return out
+
+
+def _gpu_estimate(app: Sphinx) -> dict[str, Any] | None:
+    """book/_data/estimate-gpu.json (scripts/estimate_gpu.py): each chapter's modelled time on a Colab T4."""
+    path = Path(app.srcdir) / "book" / "_data" / "estimate-gpu.json"
+    if not path.exists():
+        return None
+    app.env.note_dependency(str(path))
+    return json.loads(path.read_text())
 
 
 def resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:

@@ -95,17 +95,23 @@ def test_the_execution_cache_follows_normlab_and_the_stored_results_not_only_the
     sys.path.insert(0, str(ROOT / "_ext"))
     import normlab_book
 
-    data = tmp_path / "book" / "_data"
+    data, boards = tmp_path / "book" / "_data", tmp_path / "boards"
     data.mkdir(parents=True)
-    (data / "leaderboard-1-cpu.json").write_text("{}")
+    boards.mkdir()
+    (boards / "leaderboard-1-cpu.json.xz").write_bytes(b"a board")
     (data / "costs-cpu.json").write_text("{}")
     monkeypatch.setattr(normlab_book, "ROOT", tmp_path)
+    monkeypatch.setattr("normlab.replay.board_path", lambda name, scale=None: boards / f"{name}-{scale}.json.xz")
+    monkeypatch.delenv("NORMLAB_BOARDS", raising=False)
     key = normlab_book.inputs_key()
     (data / "costs-cpu.json").write_text('{"seconds": {}}')  # a new measurement: chapters unaffected
     assert normlab_book.inputs_key() == key
-    (data / "leaderboard-1-cpu.json").write_text('{"meta": {}}')  # a new stored board: every chapter again
+    (boards / "leaderboard-1-cpu.json.xz").write_bytes(b"a board made again")  # a new board: every chapter again
     board_key = normlab_book.inputs_key()
     assert board_key != key
+    monkeypatch.setenv("NORMLAB_BOARDS", "live")  # the boards trained here: not the stored pages
+    assert normlab_book.inputs_key() not in (key, board_key)
+    monkeypatch.delenv("NORMLAB_BOARDS")
     monkeypatch.setattr("normlab.store.source_hash", lambda: "another normlab")  # an edited package: again
     assert normlab_book.inputs_key() not in (key, board_key)
     monkeypatch.setenv("NORMLAB_SCALE", "ci")
