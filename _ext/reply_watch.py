@@ -1,21 +1,34 @@
 """nbclient's wait for a cell's reply, made unable to hang: the build and scripts/execute_chapter.py
 install it before they execute a chapter (`install`).
 
-Why. Executing chapter 9 at the cpu scale hung in about one build of three (jupyter-book 1.0.4,
-nbclient 0.11, jupyter_client 8.10, pyzmq 27.3; ipykernel 6.31 and 7.4 alike), always at a cell that
-draws an ipywidgets explorer (nbclient issue #312 reports the same). Logged message by message, the
-kernel published the cell's ``status: idle`` on IOPub and then sat idle in its event loop, while the
-client waited in ``shell_channel.get_msg(timeout=<the cell timeout>)`` for an ``execute_reply`` it
-never saw: one wait of up to an hour at the cpu scale, for a reply the kernel sends before idle.
+Why. Executing a chapter hung, always right after a cell that draws an ipywidgets explorer
+(`widgets.interact`; nbclient issue #312). The kernel is not at fault: it sends the execute_reply and
+goes idle, and the reply reaches the client's shell socket, where it sits unread. nbclient mimics
+the Output widget that `interact` draws into, and when the cell's figure arrives on IOPub it sends a
+``comm_msg`` (the widget's new outputs) on the shell channel while it is awaiting the cell's reply on
+that same socket. jupyter_client's ``Session.send`` sends through a blocking *shadow* of the asyncio
+socket, bypassing pyzmq's asyncio layer; if the reply arrived since the event loop last polled, that
+send consumes the socket's edge-triggered ZMQ_FD signal, and pyzmq's waiting poll is never told. The
+reply is then read only when the poll times out (the cell timeout: 600 s; never with none).
 
-Two changes, both in the client, neither in what a cell computes:
+Found with py-spy and a log of every shell and IOPub message (issue 41): in 3 of 6 runs of chapter 4
+alone, the reply was read exactly 600 s after the kernel stamped it; a stress notebook of 60 explorers
+lost 15 of 300 wake-ups. The same belongs upstream, in jupyter_client's ``AsyncZMQSocketChannel.send``
+(its PR #1059 discusses the shadow send). The chapters' explorers use ``interact_manual``, which runs
+nothing until clicked and so sends no comm_msg: an unpatched client (nbconvert, papermill) cannot hit
+the race there either.
 
-- The shell socket is polled in slices of `SLICE` seconds instead of one wait as long as the cell
-  timeout. Every new poll asks zmq for the socket's events first (level-triggered), so a reply
-  whose wake-up was missed (zmq's descriptor is edge-triggered) is read within a slice.
-- A cell whose kernel has gone idle (its IOPub status, which the kernel publishes after the reply)
-  and whose reply has still not come `GRACE` seconds later fails at once, naming the cell, instead
-  of waiting out the cell timeout: a lost reply is reported as one, never as a slow cell.
+Three changes, all in the client, none in what a cell computes:
+
+- The fix: after every send on an asyncio channel, ask the asyncio socket for its EVENTS
+  (`_rearming_send`); pyzmq's asyncio ``Socket.get(EVENTS)`` wakes a poll waiting on a message that
+  the send's command processing let in (tests/test_reply_watch.py reproduces the lost wake-up).
+- Guards kept from before the cause was known: the shell socket is polled in slices of `SLICE`
+  seconds instead of one wait as long as the cell timeout, each new poll asking zmq for the socket's
+  events first (level-triggered), so a wake-up missed for any other reason costs a slice at most;
+  and a cell whose kernel has gone idle (its IOPub status, which the kernel publishes after the
+  reply) and whose reply has still not come `GRACE` seconds later fails at once, naming the cell,
+  instead of waiting out the cell timeout.
 """
 
 from __future__ import annotations
@@ -25,8 +38,18 @@ import time
 from queue import Empty
 from typing import Any
 
+import zmq
+
 SLICE = 1.0  # seconds per poll of the shell socket
 GRACE = 60.0  # seconds between the kernel's idle status and a missing reply being an error
+
+
+def _rearming_send(original: Any) -> Any:
+    def send(self: Any, msg: dict[str, Any]) -> None:
+        original(self, msg)  # Session.send: a blocking shadow of the asyncio socket
+        self.socket.get(zmq.EVENTS)  # re-arm any poll/recv waiting on this socket
+
+    return send
 
 
 class LostReplyError(RuntimeError):
@@ -81,6 +104,7 @@ def install() -> None:
 
     if getattr(NotebookClient, "_normlab_reply_watch", False):
         return
+    AsyncZMQSocketChannel.send = _rearming_send(AsyncZMQSocketChannel.send)
     AsyncZMQSocketChannel.get_msg = _sliced_get_msg
     NotebookClient._async_poll_for_reply = _watched_poll_for_reply(NotebookClient._async_poll_for_reply)
     NotebookClient._normlab_reply_watch = True

@@ -51,3 +51,51 @@ def test_a_lost_reply_fails_fast_naming_the_cell(monkeypatch):
     client.async_start_new_kernel_client = start_and_lose_replies
     with pytest.raises(reply_watch.LostReplyError, match="print\\('second cell'"):
         client.execute()
+
+
+def test_a_send_on_the_shell_channel_no_longer_swallows_a_replys_wake_up():
+    """The hang's cause, reproduced without a kernel: a coroutine awaits a reply on an asyncio DEALER
+    (nbclient waiting for execute_reply); the reply arrives while the client is busy with another
+    message, and the client then sends on the same channel (nbclient's Output widget, a comm_msg)
+    through Session.send's blocking shadow socket, which consumes the socket's edge-triggered wake-up.
+    With `install`'s `_rearming_send` the waiting poll resolves at once, not at its timeout."""
+    import asyncio
+    import threading
+    import time
+
+    import zmq
+    import zmq.asyncio
+    from jupyter_client.channels import AsyncZMQSocketChannel
+    from jupyter_client.session import Session
+
+    async def wait_for_reply() -> float:
+        context, plain = zmq.asyncio.Context(), zmq.Context()
+        router = plain.socket(zmq.ROUTER)
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        dealer = context.socket(zmq.DEALER)
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        channel = AsyncZMQSocketChannel(dealer, Session())
+        busy = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def kernel() -> None:
+            ident, *_ = router.recv_multipart()  # the execute_request
+            loop.call_soon_threadsafe(busy.set)  # something else wakes the client (a display_data)
+            time.sleep(0.05)
+            router.send_multipart([ident, b"execute_reply"])  # the reply, while the client is busy
+            router.poll(2000)  # the comm_msg
+
+        threading.Thread(target=kernel, daemon=True).start()
+        await asyncio.sleep(0.1)
+        dealer.send(b"execute_request")
+        poll = asyncio.ensure_future(dealer.poll(5000))
+        await busy.wait()
+        time.sleep(0.2)  # the client handles that message; the reply lands meanwhile
+        start = time.monotonic()
+        channel.send(channel.session.msg("comm_msg", {}))  # nbclient's Output widget, on the shell channel
+        assert await poll == zmq.POLLIN
+        waited = time.monotonic() - start
+        dealer.close(0), router.close(0), context.term(), plain.term()
+        return waited
+
+    assert asyncio.run(wait_for_reply()) < 1.0  # without the fix: the poll's whole timeout (5 s)
