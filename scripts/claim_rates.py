@@ -114,6 +114,10 @@ def run(args: argparse.Namespace) -> None:
             if path.exists() and json.loads(path.read_text())["code"] == code_fingerprint(chapter):
                 continue
             record = execute(chapter, base, args.timeout)
+            interrupted = [e for e in record["errors"] if e["error"].startswith("KeyboardInterrupt")]
+            if record["failure"] or interrupted:  # a timeout, a dead or interrupted kernel: not a measurement
+                print(f"{chapter} base {base}: not stored ({record['failure'] or interrupted[0]['error']})", flush=True)
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(record, indent=1))
