@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -161,7 +160,8 @@ def table(args: argparse.Namespace) -> None:
         claims[cid] = {"chapter": e["chapter"], "kind": e["kind"], "held": k, "bases": n, "rate": round(k / n, 3),
                        "statement": e["statements"].most_common(1)[0][0],
                        "statements_differ": len(e["statements"]) > 1,
-                       "failed_at": {b: e["measured"][str(b)] for b, h in zip(e["bases"], e["held"]) if not h}}  # fmt: skip
+                       "failed_at": {b: e["measured"][str(b)] for b, h in zip(e["bases"], e["held"]) if not h},
+                       }  # fmt: skip
     chapters_ = {ch: {"code": runs[0]["code"] if runs else None, "bases": [r["base"] for r in runs],
                       "python": sorted({r["python"] for r in runs}), "torch": sorted({r["torch"] for r in runs}),
                       "median_seconds": sorted(r["seconds"] for r in runs)[len(runs) // 2] if runs else None}
