@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BOARD_CELL = ("normlab.stored_sweep(", "board_replay.replay(")  # what a chapter's first stored-board cell calls
 
 # Run by the target Python: execute one notebook cell by cell, stopping after the first board cell when
-# asked, and print one JSON line per cell (its index, seconds, whether it errored, its text output).
+# asked, and print one JSON line per cell (its index, seconds, whether it errored, its text output, the head
+# and tail of a long one: a board's line comes first, its table after).
 DRIVER = r"""
 import json, sys, time
 import nbformat
@@ -47,7 +48,7 @@ with client.setup_kernel():
         except CellExecutionError as error:
             failed = str(error).strip().splitlines()[-1][:300]
         text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
-        row = {"cell": index, "seconds": round(time.perf_counter() - start, 1), "error": failed, "text": text[-2000:]}
+        row = {"cell": index, "seconds": round(time.perf_counter() - start, 1), "error": failed, "text": text if len(text) < 6000 else text[:3000] + "\n...\n" + text[-3000:]}
         print(json.dumps(row), flush=True)
         if failed or (until_board and any(m in cell.source for m in marks)):
             break
