@@ -48,7 +48,9 @@ with client.setup_kernel():
         except CellExecutionError as error:
             failed = str(error).strip().splitlines()[-1][:300]
         text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
-        row = {"cell": index, "seconds": round(time.perf_counter() - start, 1), "error": failed, "text": text if len(text) < 6000 else text[:3000] + "\n...\n" + text[-3000:]}
+        if len(text) > 6000:
+            text = text[:3000] + "\n...\n" + text[-3000:]
+        row = {"cell": index, "seconds": round(time.perf_counter() - start, 1), "error": failed, "text": text}
         print(json.dumps(row), flush=True)
         if failed or (until_board and any(m in cell.source for m in marks)):
             break
