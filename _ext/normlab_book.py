@@ -426,8 +426,7 @@ def _claim_rates(app: Sphinx) -> dict[str, Any] | None:
     path = Path(app.srcdir) / "book" / "_data" / "claim-rates-ci.json"
     if not path.exists():
         return None
-    app.env.note_dependency(str(path))
-    return json.loads(path.read_text())
+    return json.loads(path.read_text())  # no dependency to note: GENERATED pages are rewritten every build
 
 
 def _rate_text(row: dict[str, Any] | None) -> str:
@@ -510,8 +509,7 @@ def _gpu_estimate(app: Sphinx) -> dict[str, Any] | None:
     path = Path(app.srcdir) / "book" / "_data" / "estimate-gpu.json"
     if not path.exists():
         return None
-    app.env.note_dependency(str(path))
-    return json.loads(path.read_text())
+    return json.loads(path.read_text())  # no dependency to note: GENERATED pages are rewritten every build
 
 
 def resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
