@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from sphinx.util.docutils import SphinxDirective
 logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]  # the repository: _ext/ sits in it
 CLAIM_KEY = "normlab_claim"  # normlab.claims.CLAIM_METADATA_KEY; the build need not import torch
-GENERATED = ("book/claims", "book/costs", "book/sources")
+GENERATED = ("book/claims", "book/costs", "book/sources", "book/intro")
 SOURCE_NAMES = {"course notes": "the course notes", "explainer": "the explainer"}
 
 
@@ -47,6 +48,17 @@ class costs_placeholder(nodes.General, nodes.Element):
 
 class sources_placeholder(nodes.General, nodes.Element):
     pass
+
+
+class path_placeholder(nodes.General, nodes.Element):
+    pass
+
+
+class PathDirective(SphinxDirective):
+    """The path through the book: each chapter's part (the course or beyond it) and its reading time."""
+
+    def run(self) -> list[nodes.Node]:
+        return [path_placeholder()]
 
 
 class SourcesDirective(SphinxDirective):
@@ -504,6 +516,30 @@ def _costs_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
     return out
 
 
+COURSE = {"book/01_post_ln", "book/02_pre_ln", "book/03_gradients_at_init", "book/04_warmup"}
+
+
+def _path_table(app: Sphinx, fromdoc: str) -> list[nodes.Node]:
+    """Each chapter's part and its lesson's reading time, measured by scripts/reading_stats.py on the
+    notebooks being built, and what executing it cost at the cpu scale (book/_data/costs-cpu.json)."""
+    sys.path.insert(0, str(Path(app.srcdir) / "scripts"))
+    import reading_stats
+
+    costs_path = Path(app.srcdir) / "book" / "_data" / "costs-cpu.json"
+    costs = json.loads(costs_path.read_text())["seconds"] if costs_path.exists() else {}
+    rows = []
+    for doc in _notebook_docs(app):
+        s = reading_stats.stats(doc.removeprefix("book/"))
+        part = "the course" if doc in COURSE else ("start here" if doc.endswith("quickstart") else "beyond it")
+        seconds = costs.get(doc)
+        cost = "" if seconds is None else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+        rows.append([_link(app, fromdoc, doc), nodes.Text(part),
+                     nodes.Text(f"{s['reading_minutes']} min ({s['prose_words']:,} words)"),
+                     nodes.Text(cost)])  # fmt: skip
+    header = ["chapter", "part", "lesson: reading time", "running it at the cpu scale"]
+    return [_table(header, rows, [40, 14, 26, 20])]
+
+
 def _gpu_estimate(app: Sphinx) -> dict[str, Any] | None:
     """book/_data/estimate-gpu.json (scripts/estimate_gpu.py): each chapter's modelled time on a Colab T4."""
     path = Path(app.srcdir) / "book" / "_data" / "estimate-gpu.json"
@@ -519,6 +555,8 @@ def resolve(app: Sphinx, doctree: nodes.document, docname: str) -> None:
         node.replace_self(_costs_table(app, docname))
     for node in doctree.findall(sources_placeholder):
         node.replace_self(_sources_table(app, docname))
+    for node in doctree.findall(path_placeholder):
+        node.replace_self(_path_table(app, docname))
 
 
 def always_outdated(app: Sphinx, env: Any, added: set, changed: set, removed: set) -> list[str]:
@@ -536,6 +574,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("normlab-costs", CostsDirective)
     app.add_directive("normlab-bench", BenchDirective)
     app.add_node(sources_placeholder)
+    app.add_node(path_placeholder)
+    app.add_directive("normlab-path", PathDirective)
     app.add_directive("normlab-sources", SourcesDirective)
     app.connect("config-inited", per_run_cache)
     app.connect("env-get-outdated", always_outdated)
