@@ -220,10 +220,13 @@ def draw_block(
 
 
 def glue(name: str, fig) -> None:
-    """Let other pages of the book show ``fig`` (myst-nb's glue); does nothing outside a book build's
-    Jupyter (e.g. on Colab, where myst-nb is not installed)."""
+    """Let the book's text show ``fig`` (myst-nb's glue: a figure or a text value). Where myst-nb is not
+    installed (Colab) a text value is printed as ``[name] value``, the line the Colab edition's text points
+    to (scripts/colab_edition.py); a figure is shown by the cell that draws it."""
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
+        if isinstance(fig, str):
+            print(f"[{name}] {fig}")
         return
     myst_glue(name, fig, display=False)
