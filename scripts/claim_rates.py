@@ -38,10 +38,11 @@ def chapters() -> list[str]:
     return sorted(p.stem for p in BOOK.glob("*.ipynb"))
 
 
-def code_fingerprint(chapter: str) -> str:
+def code_fingerprint(chapter: str, path: Path | None = None) -> str:
     """The chapter's code as what it computes: its code lines, comments and blank lines dropped, as a
-    sorted multiset, so moving a cell or splitting one in two keeps it while any edit to code changes it."""
-    nb = nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4)
+    sorted multiset, so moving a cell or splitting one in two keeps it while any edit to code changes it.
+    ``path``: another copy of the chapter (an executed one), instead of book/<chapter>.ipynb."""
+    nb = nbformat.read(path or BOOK / f"{chapter}.ipynb", as_version=4)
     lines = []
     for cell in nb.cells:
         if cell.cell_type == "code":

@@ -1,9 +1,9 @@
-"""The Colab edition (colab/*.ipynb): every chapter rewritten from book/ for Colab's Markdown renderer, which knows
+"""The Colab edition (colab/book/*.ipynb): every chapter rewritten from book/ for Colab's Markdown renderer, which knows
 CommonMark, tables and $-math but no MyST. Made by this tool, never by hand; tests/test_colab_edition.py checks it
 is current.
 
     python scripts/colab_edition.py collect _build/jupyter_execute   # the glued values of an executed build
-    python scripts/colab_edition.py build                             # writes colab/*.ipynb
+    python scripts/colab_edition.py build                             # writes colab/book/*.ipynb
     python scripts/colab_edition.py build --check                     # fails if colab/ is not current
 
 What changes, and only in Markdown cells (code cells are the book's, a `#@title` line added where the book
@@ -34,10 +34,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
-OUT = ROOT / "colab"
+OUT = ROOT / "colab" / "book"  # the Colab button opens colab/book/<chapter>.ipynb (_config.yml path_to_book)
 GLUE = BOOK / "_data" / "glue-cpu.json"
 BOOK_URL = "https://normlab.github.io/normlab"  # the rendered book (GitHub Pages of the repository in _config.yml)
-COLAB_URL = "https://colab.research.google.com/github/normlab/normlab/blob/main/colab"
 HIDDEN = {"hide-input", "hide-cell", "remove-cell", "remove-input"}
 EVIDENCE = re.compile(r"^#{2,3} The evidence\b", re.M)
 
@@ -77,7 +76,7 @@ def collect(args: argparse.Namespace) -> None:
         if not path.exists():
             print(f"{chapter}: no executed notebook under {executed}; kept what the store has")
             continue
-        store["chapters"][chapter] = {"code": code_fingerprint(chapter), "values": glued_values(path),
+        store["chapters"][chapter] = {"code": code_fingerprint(chapter, path), "values": glued_values(path),
                                       "from": str(args.label or executed)}  # fmt: skip
         print(f"{chapter}: {len(store['chapters'][chapter]['values'])} values")
     GLUE.write_text(json.dumps(store, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
@@ -245,7 +244,7 @@ def edition(chapter: str, store: dict, bib: dict[str, dict]) -> tuple[nbformat.N
 def build(args: argparse.Namespace) -> None:
     store = json.loads(GLUE.read_text()) if GLUE.exists() else {"chapters": {}}
     bib = bibliography()
-    OUT.mkdir(exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
     stale = []
     for chapter in chapters():
         nb, rw = edition(chapter, store, bib)
@@ -268,8 +267,8 @@ def main() -> None:
     c = sub.add_parser("collect", help="store the glued values of an executed build")
     c.add_argument("executed", help="a folder of executed notebooks, e.g. _build/jupyter_execute")
     c.add_argument("--label", help="where they came from (kept in the store)")
-    b = sub.add_parser("build", help="write colab/*.ipynb")
-    b.add_argument("--check", action="store_true", help="fail if colab/ differs from what would be written")
+    b = sub.add_parser("build", help="write colab/book/*.ipynb")
+    b.add_argument("--check", action="store_true", help="fail if colab/book/ differs from what would be written")
     args = parser.parse_args()
     {"collect": collect, "build": build}[args.command](args)
 
