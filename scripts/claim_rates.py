@@ -15,6 +15,7 @@ chapter's current code (`code_fingerprint`), so a rate never describes code that
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -38,17 +39,32 @@ def chapters() -> list[str]:
     return sorted(p.stem for p in BOOK.glob("*.ipynb"))
 
 
+def _is_text(line: str) -> bool:
+    """A line that is only a string (a claim's sentence, a print's words): it says, it does not compute."""
+    try:
+        tree = ast.parse(line.rstrip(",").strip())
+    except SyntaxError:
+        return False
+    return (len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr)
+            and isinstance(tree.body[0].value, (ast.Constant, ast.JoinedStr))
+            and isinstance(getattr(tree.body[0].value, "value", ""), str))  # fmt: skip
+
+
 def code_fingerprint(chapter: str, path: Path | None = None) -> str:
-    """The chapter's code as what it computes: its code lines, comments and blank lines dropped, as a
-    sorted multiset, so moving a cell or splitting one in two keeps it while any edit to code changes it.
+    """The chapter's code as what it computes: its code lines as a sorted multiset, without comments, blank
+    lines and lines that are only a string (a claim's wording: the condition is what a seed base tests), so
+    moving a cell, splitting one in two or rewording a claim keeps it, while any edit to code changes it.
     ``path``: another copy of the chapter (an executed one), instead of book/<chapter>.ipynb."""
-    nb = nbformat.read(path or BOOK / f"{chapter}.ipynb", as_version=4)
+    return fingerprint_of(nbformat.read(path or BOOK / f"{chapter}.ipynb", as_version=4))
+
+
+def fingerprint_of(nb: nbformat.NotebookNode) -> str:
     lines = []
     for cell in nb.cells:
         if cell.cell_type == "code":
             for line in cell.source.splitlines():
                 line = line.strip()
-                if line and not line.startswith("#"):
+                if line and not line.startswith("#") and not _is_text(line):
                     lines.append(line)
     return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:16]
 
@@ -70,6 +86,7 @@ def execute(chapter: str, base: int, timeout: int) -> dict:
     reply_watch.install()
     os.environ.update(NORMLAB_SCALE="ci", NORMLAB_SEED_BASE=str(base), NORMLAB_CLAIMS="record")
     nb = nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4)
+    code = fingerprint_of(nb)  # of the copy executed (the file may change while it runs)
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(BOOK)}})  # fmt: skip
@@ -88,7 +105,7 @@ def execute(chapter: str, base: int, timeout: int) -> dict:
                 errors.append({"cell": index, "error": f"{out['ename']}: {out['evalue'][:300]}"})
     import torch
 
-    return {"chapter": chapter, "base": base, "scale": "ci", "code": code_fingerprint(chapter),
+    return {"chapter": chapter, "base": base, "scale": "ci", "code": code,
             "seconds": round(time.perf_counter() - start, 1), "failure": failure, "errors": errors,
             "claims": claims, "python": platform.python_version(), "torch": torch.__version__,
             "revision": _revision(), "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
