@@ -54,8 +54,14 @@ def chapters() -> list[str]:
 def glued_values(executed: Path) -> dict[str, str]:
     """The text values a notebook glued: myst-nb writes them beside the executed notebook (<name>.glue.json)."""
     values: dict[str, str] = {}
-    glue = executed.with_suffix(".glue.json")  # absent when the notebook glues nothing
-    for name, out in (json.loads(glue.read_text()) if glue.exists() else {}).items():
+    glue = executed.with_suffix(".glue.json")  # a book build's; absent when the notebook glues nothing
+    if glue.exists():
+        glued = json.loads(glue.read_text())
+    else:  # a notebook executed outside the build (scripts/execute_chapter.py): glue's display outputs
+        nb = nbformat.read(executed, as_version=4)
+        glued = {out["metadata"]["scrapbook"]["name"]: out for cell in nb.cells for out in cell.get("outputs", [])
+                 if out.get("metadata", {}).get("scrapbook", {}).get("name")}  # fmt: skip
+    for name, out in glued.items():
         data = out.get("data", {})
         text = data.get("text/plain")
         if text is None or "image/png" in data:
@@ -102,7 +108,7 @@ def bibliography() -> dict[str, dict]:
 
 
 def _protect(text: str) -> tuple[str, list[str]]:
-    """Inline code spans and plain fenced code blocks, set aside so that nothing inside them is rewritten."""
+    """Plain fenced code blocks, set aside so that nothing inside them is rewritten."""
     kept: list[str] = []
 
     def keep(m: re.Match) -> str:
@@ -110,7 +116,6 @@ def _protect(text: str) -> tuple[str, list[str]]:
         return f"\x00{len(kept) - 1}\x00"
 
     text = re.sub(r"^(`{3,})(?!\{)[^\n]*\n.*?^\1\s*$", keep, text, flags=re.M | re.S)  # ```python ... ```
-    text = re.sub(r"(?<![}\w])`[^`\n]+`", keep, text)  # `code`, not a role's `target`
     return text, kept
 
 
@@ -123,9 +128,14 @@ class Rewriter:
         self.chapter, self.values, self.bib = chapter, values, bib
         self.pointers: set[str] = set()
 
-    def glue(self, key: str) -> str:
+    def glue(self, key: str, spec: str = "") -> str:
+        """A glued value in bold, formatted as the book formats it ({glue:text}`key:.2f`); an empty one (a
+        phrase the chapter leaves out) as nothing; a value not collected as a pointer to the printed line."""
         if self.values is not None and key in self.values:
-            return f"**{self.values[key]}**"
+            value = self.values[key]
+            if spec:  # the number as its own type (an int for ':d'), formatted as the book does
+                value = format(ast.literal_eval(value), spec)
+            return f"**{value}**" if value.strip() else ""
         self.pointers.add(key)
         return f"(printed as `[{key}]`)"
 
@@ -146,7 +156,8 @@ class Rewriter:
         if tm:
             text, target = tm.group(1), tm.group(2)
         if name == "glue:text" or name == "glue":
-            return self.glue(target.split(":")[0])
+            key, _, spec = target.partition(":")
+            return self.glue(key, spec)
         if name in ("cite:p", "cite:t"):
             return self.cite(name[-1], target)
         if name == "term":
@@ -184,7 +195,9 @@ class Rewriter:
         text = re.sub(r"^\([\w-]+\)=\s*\n", "", text, flags=re.M)  # (label)= targets
         text = re.sub(r"^(:{3,}|`{3,})\{([\w:-]+)\}([^\n]*)\n(.*?)^\1\s*$", self.directive, text, flags=re.M | re.S)
         text, kept = _protect(text)
-        text = re.sub(r"\{([\w:-]+)\}`([^`]*)`", self.role, text)
+        # one left-to-right scan: a role, or an inline code span left as it is (so a role's closing backtick is
+        # never read as the opening of a code span)
+        text = re.sub(r"\{([\w:-]+)\}`([^`]*)`|`[^`\n]+`", lambda m: self.role(m) if m.group(1) else m.group(0), text)
         return _restore(text, kept)
 
 
@@ -261,6 +274,51 @@ def build(args: argparse.Namespace) -> None:
         sys.exit(f"the Colab edition is not current for {stale}: run python scripts/colab_edition.py build")
 
 
+def preview(args: argparse.Namespace) -> None:
+    """One chapter's edition as a page rendered the way Colab renders Markdown: CommonMark with tables and raw
+    HTML, $-math typeset by MathJax (the copy sphinx-mathjax-offline ships, so it works offline), code cells
+    as code, folded ones as their title. For looking at in a browser (and for screenshots)."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    nb = nbformat.read(OUT / f"{args.chapter}.ipynb", as_version=4)
+    parts = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            parts.append(f'<div class="md">{md.render(cell.source)}</div>')
+        elif cell.metadata.get("cellView") == "form":
+            title = cell.source.splitlines()[0].removeprefix("#@title ")
+            parts.append(f'<div class="form">&#9656; {html.escape(title)} <i>(show code)</i></div>')
+        else:
+            parts.append(f"<pre>{html.escape(cell.source)}</pre>")
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{args.chapter} (Colab edition)</title>
+<script>MathJax = {{tex: {{inlineMath: [["$", "$"]], displayMath: [["$$", "$$"]]}}}};</script>
+<script src="{_mathjax()}"></script>
+<style>body{{font-family:Roboto,Arial,sans-serif;max-width:900px;margin:2em auto;font-size:14px;line-height:1.5}}
+pre{{background:#f7f7f7;padding:8px;border:1px solid #ddd;overflow-x:auto}} .form{{background:#f7f7f7;padding:6px;
+border:1px solid #ddd;color:#555}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:3px 6px}}
+blockquote{{border-left:4px solid #ccc;margin-left:0;padding-left:1em;color:#444}}</style></head>
+<body>{"".join(parts)}</body></html>"""
+    Path(args.out).write_text(page)
+    print(f"wrote {args.out}")
+
+
+def _mathjax() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("sphinx_mathjax_offline") or importlib.util.find_spec("sphinx-mathjax-offline")
+    for base in ([Path(p) for p in spec.submodule_search_locations] if spec else []) + [
+        Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        / "sphinx-mathjax-offline"
+    ]:  # fmt: skip
+        js = base / "static" / "mathjax" / "tex-chtml.js"
+        if js.exists():
+            return js.as_uri()
+    return "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -269,8 +327,11 @@ def main() -> None:
     c.add_argument("--label", help="where they came from (kept in the store)")
     b = sub.add_parser("build", help="write colab/book/*.ipynb")
     b.add_argument("--check", action="store_true", help="fail if colab/book/ differs from what would be written")
+    v = sub.add_parser("preview", help="one chapter's edition as an HTML page rendered the way Colab renders it")
+    v.add_argument("chapter")
+    v.add_argument("out", help="the HTML file to write")
     args = parser.parse_args()
-    {"collect": collect, "build": build}[args.command](args)
+    {"collect": collect, "build": build, "preview": preview}[args.command](args)
 
 
 if __name__ == "__main__":
