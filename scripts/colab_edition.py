@@ -287,7 +287,13 @@ def preview(args: argparse.Namespace) -> None:
     parts = []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            parts.append(f'<div class="md">{md.render(cell.source)}</div>')
+            # as Jupyter and Colab do, math is set aside before the Markdown is parsed (its backslashes
+            # and underscores are TeX, not Markdown), then handed to MathJax as written
+            maths = [html.escape(m) for m in re.findall(r"\$\$.*?\$\$|\$[^$\n]+\$", cell.source, flags=re.S)]
+            pieces = re.split(r"\$\$.*?\$\$|\$[^$\n]+\$", cell.source, flags=re.S)
+            text = "".join(p + (f"MATH{i}END" if i < len(maths) else "") for i, p in enumerate(pieces))
+            rendered = re.sub(r"MATH(\d+)END", lambda m, maths=maths: maths[int(m.group(1))], md.render(text))
+            parts.append(f'<div class="md">{rendered}</div>')
         elif cell.metadata.get("cellView") == "form":
             title = cell.source.splitlines()[0].removeprefix("#@title ")
             parts.append(f'<div class="form">&#9656; {html.escape(title)} <i>(show code)</i></div>')
