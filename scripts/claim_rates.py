@@ -182,7 +182,8 @@ def table(args: argparse.Namespace) -> None:
                        }  # fmt: skip
     chapters_ = {ch: {"code": runs[0]["code"] if runs else None, "bases": [r["base"] for r in runs],
                       "python": sorted({r["python"] for r in runs}), "torch": sorted({r["torch"] for r in runs}),
-                      "median_seconds": sorted(r["seconds"] for r in runs)[len(runs) // 2] if runs else None}
+                      "median_seconds": sorted(r["seconds"] for r in runs)[len(runs) // 2] if runs else None,
+                      "min_seconds": min((r["seconds"] for r in runs), default=None)}
                  for ch, runs in records.items()}  # fmt: skip
     out = {"scale": "ci", "command": "python scripts/claim_rates.py run --bases <bases>; "
            "python scripts/claim_rates.py table", "chapters": chapters_, "claims": claims}  # fmt: skip

@@ -1,0 +1,69 @@
+"""Every claim the chapters assert has a pass rate measured over many seed bases at the ci scale
+(book/_data/claim-rates-ci.json, scripts/claim_rates.py), of the chapter's current code, and it is 95% or more:
+a claim is only as strong as the share of fresh seed bases at which it holds."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import claim_rates  # noqa: E402
+
+TABLE = json.loads(claim_rates.TABLE.read_text())
+CHAPTERS = claim_rates.chapters()
+# Chapters whose sweep has not been run at their current code: at a fresh seed base each retrains its whole
+# ci board (chapter 6: 13 minutes of one core, 7: 11, 9: 24), so ten bases of the three take about 8 hours of
+# one core. Listed here, they fail as expected (xfail, strict): measuring them turns this list into an error.
+UNMEASURED = {"06_sandwich", "07_normformer", "09_leaderboard"}
+
+
+def claim_ids(chapter: str) -> list[str]:
+    """The ids of the claims a chapter's code asserts (`normlab.claims.check("<id>", ...)`)."""
+    nb = nbformat.read(ROOT / "book" / f"{chapter}.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    return re.findall(r'claims\.check\(\s*"([^"]+)"', code)
+
+
+def bases_needed(chapter: str) -> int:
+    """20 seed bases for a chapter that executes in under two minutes at a fresh seed base, 10 for the others
+    (at a fresh base a chapter trains its stored boards' sweeps again). Its fastest recorded execution is the
+    measure: the sweeps shared the machine, and the slower ones waited for it."""
+    seconds = TABLE["chapters"][chapter]["min_seconds"] or float("inf")
+    return 20 if seconds < claim_rates.CHEAP_SECONDS else 10
+
+
+def check(chapter: str) -> None:
+    row = TABLE["chapters"][chapter]
+    assert row["code"] == claim_rates.code_fingerprint(chapter), (
+        f"{chapter}'s code changed since its claims' rates were measured: run python scripts/claim_rates.py "
+        f"run --chapters {chapter} --bases ..., then table"
+    )
+    ids = claim_ids(chapter)
+    assert len(ids) == len(set(ids)), f"{chapter} asserts a claim id twice"
+    rows = {cid: TABLE["claims"].get(cid) for cid in ids}
+    missing = [cid for cid, r in rows.items() if r is None]
+    assert not missing, f"{chapter}: no recorded pass rate for {missing}"
+    needed = bases_needed(chapter)
+    few = {cid: r["bases"] for cid, r in rows.items() if r["bases"] < needed}
+    assert not few, f"{chapter}: fewer than {needed} seed bases for {few}"
+    low = {cid: f"{r['held']}/{r['bases']}" for cid, r in rows.items() if r["rate"] < 0.95}
+    assert not low, f"{chapter}: claims that hold at under 95% of the seed bases: {low}"
+    gone = sorted(cid for cid, r in TABLE["claims"].items() if r["chapter"] == chapter and cid not in ids)
+    assert not gone, f"{chapter}: the table holds rates of claims the chapter no longer asserts: {gone}"
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if c not in UNMEASURED])
+def test_every_claim_holds_at_95_percent_of_the_seed_bases(chapter):
+    check(chapter)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 45: not yet measured over seed bases at its current code")
+@pytest.mark.parametrize("chapter", sorted(UNMEASURED))
+def test_the_chapters_not_yet_measured(chapter):
+    check(chapter)
