@@ -115,8 +115,8 @@ def check_page(build: Path, page: Path, dom: str, is_chapter: bool, anchors: dic
         problems.append("a cell shows an error output")
     if "Traceback (most recent call last)" in dom:
         problems.append("a traceback is shown")
-    if is_chapter and "colab.research.google.com/github/" not in dom:
-        problems.append("no Colab launch link")
+    if is_chapter and f"/blob/main/colab/book/{page.stem}.ipynb" not in dom:
+        problems.append("no Colab launch link to the chapter's Colab edition (colab/book/)")
     for href in p.links:
         parts = urlparse(href)
         if parts.scheme or href.startswith(("mailto:", "javascript:")):

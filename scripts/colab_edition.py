@@ -62,7 +62,8 @@ def glued_values(executed: Path) -> dict[str, str]:
         glued = {out["metadata"]["scrapbook"]["name"]: out for cell in nb.cells for out in cell.get("outputs", [])
                  if out.get("metadata", {}).get("scrapbook", {}).get("name")}  # fmt: skip
     for name, out in glued.items():
-        data = out.get("data", {})
+        prefix = out.get("metadata", {}).get("scrapbook", {}).get("mime_prefix", "")  # glue(display=False)'s
+        data = {k.removeprefix(prefix): v for k, v in out.get("data", {}).items()}
         text = data.get("text/plain")
         if text is None or "image/png" in data:
             continue  # a figure: the chapter's own cell draws it
