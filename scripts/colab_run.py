@@ -1,5 +1,6 @@
-"""Chapters executed as Colab runs them: each notebook alone in an empty folder, normlab installed from a
-wheel of code/ (not editable), `google.colab` importable so the first cell takes its Colab branch.
+"""Chapters executed as Colab runs them: each chapter's Colab edition (colab/book/, what the Colab button opens)
+alone in an empty folder, normlab installed from a wheel of code/ (not editable), `google.colab` importable so
+the first cell takes its Colab branch, and myst-nb not (Colab has none: the glued values print).
 
     python scripts/colab_run.py [--python PY] [--scale ci] [--until-board] [--repeat N] [chapter ...]
 
@@ -80,7 +81,9 @@ def prepare(workdir: Path, python: str | None = None) -> Path:
     (fake / "google" / "colab" / "__init__.py").write_text(
         '"""Stands in for Colab: the chapters test sys.modules."""\n'
     )
-    (fake / "sitecustomize.py").write_text("import google.colab  # noqa: F401\n")
+    (fake / "sitecustomize.py").write_text(
+        "import sys\n\nimport google.colab  # noqa: F401\n\nsys.modules['myst_nb'] = None  # not on Colab\n"
+    )
     return Path(python)
 
 
@@ -89,7 +92,7 @@ def run_chapter(python: Path, workdir: Path, chapter: str, *, scale: str = "ci",
     """Execute ``chapter`` alone in an empty folder under ``workdir``; its cells' rows, the wall time and
     whether it finished, ran out of time or failed."""
     folder = Path(tempfile.mkdtemp(prefix=f"{chapter}-", dir=workdir))
-    shutil.copy(ROOT / "book" / f"{chapter}.ipynb", folder)
+    shutil.copy(ROOT / "colab" / "book" / f"{chapter}.ipynb", folder)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("NORMLAB_", "PYTHONPATH", "JPY_"))}
     env = {**base, "NORMLAB_SCALE": scale, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(workdir / "colab"), **(env or {})}
     start = time.time()

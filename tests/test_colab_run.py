@@ -1,7 +1,8 @@
-"""Every chapter as Colab runs it (scripts/colab_run.py): alone in an empty folder, normlab from a wheel, not
-editable, the Colab branch of the first cell taken. Chapter 9 runs in full, and so do the chapters without
-a stored board; chapters 4 to 8 run to the end of their first stored-board cell, which must be the board
-that ships inside the wheel, confirmed (NORMLAB_BOARDS=strict: a board that is not confirmed fails)."""
+"""Every chapter's Colab edition as Colab runs it (scripts/colab_run.py): alone in an empty folder, normlab
+from a wheel, not editable, the Colab branch of the first cell taken, no myst-nb. Chapter 9 runs in full,
+and so do the chapters without a stored board (their glued values print); chapters 4 to 8 run to the end
+of their first stored-board cell, which must be the board that ships inside the wheel, confirmed
+(NORMLAB_BOARDS=strict: a board that is not confirmed fails)."""
 
 import re
 import sys
@@ -38,3 +39,6 @@ def test_a_chapter_opened_alone_runs_on_the_boards_inside_the_wheel(colab, chapt
         text = "".join(c["text"] for c in r["cells"])
         assert re.search(r": stored, (\d+ runs \()?confirmed: ", text), text[-1500:]
     assert not list(Path(r["folder"]).glob("_data")), "a chapter must not need files beside it"
+    if chapter in IN_FULL and chapter != "quickstart":  # without myst-nb every glued value prints for the reader
+        text = "".join(c["text"] for c in r["cells"])
+        assert re.search(r"^\[[\w-]+\] \S", text, re.M), text[-1500:]
