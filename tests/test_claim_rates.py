@@ -21,6 +21,9 @@ CHAPTERS = claim_rates.chapters()
 # ci board (chapter 6: 13 minutes of one core, 7: 11, 9: 24), so ten bases of the three take about 8 hours of
 # one core. Listed here, they fail as expected (xfail, strict): measuring them turns this list into an error.
 UNMEASURED = {"06_sandwich", "07_normformer", "09_leaderboard"}
+# Claims measured below 95% and not restated since (a restated claim is measured again on fresh seed bases):
+# each fails as expected (xfail, strict) with its measured rate, until its wording follows the measurement.
+BELOW = set(json.loads((ROOT / "book" / "_data" / "claims-below-95.json").read_text())["claims"])
 
 
 def claim_ids(chapter: str) -> list[str]:
@@ -52,7 +55,7 @@ def check(chapter: str) -> None:
     needed = bases_needed(chapter)
     few = {cid: r["bases"] for cid, r in rows.items() if r["bases"] < needed}
     assert not few, f"{chapter}: fewer than {needed} seed bases for {few}"
-    low = {cid: f"{r['held']}/{r['bases']}" for cid, r in rows.items() if r["rate"] < 0.95}
+    low = {cid: f"{r['held']}/{r['bases']}" for cid, r in rows.items() if r["rate"] < 0.95 and cid not in BELOW}
     assert not low, f"{chapter}: claims that hold at under 95% of the seed bases: {low}"
     gone = sorted(cid for cid, r in TABLE["claims"].items() if r["chapter"] == chapter and cid not in ids)
     assert not gone, f"{chapter}: the table holds rates of claims the chapter no longer asserts: {gone}"
@@ -67,3 +70,10 @@ def test_every_claim_holds_at_95_percent_of_the_seed_bases(chapter):
 @pytest.mark.parametrize("chapter", sorted(UNMEASURED))
 def test_the_chapters_not_yet_measured(chapter):
     check(chapter)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 45: measured below 95% of the seed bases, not yet restated")
+@pytest.mark.parametrize("claim", sorted(BELOW))
+def test_the_claims_measured_below_95_percent(claim):
+    row = TABLE["claims"][claim]
+    assert row["rate"] >= 0.95, f"{claim}: held at {row['held']} of {row['bases']} seed bases"
