@@ -55,3 +55,16 @@ def test_an_unknown_chapter_names_the_valid_ones(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["reading_stats.py", "99_nothing"])
     with pytest.raises(SystemExit, match="valid choices: .*01_post_ln"):
         reading_stats.main()
+
+
+@pytest.mark.parametrize("chapter", sorted(p.stem for p in (ROOT / "book").glob("*.ipynb")))
+def test_each_lesson_is_readable_in_the_time_a_student_has(chapter):
+    """Issues 43-44: about 2,500 words of prose, the first figure within about 400 words, short cells, plain
+    sentences, every term in the glossary, and the evidence in its own part (the quick start has none)."""
+    s = reading_stats.stats(chapter)
+    assert s["prose_words"] <= 2700, s
+    assert s["words_before_first_figure"] <= 400, s
+    assert s["median_code_cell_lines"] < 15, s
+    assert s["sentence_p90_words"] < 35, s
+    assert not s["missing_from_glossary"], s
+    assert s["has_evidence_part"] or chapter == "quickstart", s
