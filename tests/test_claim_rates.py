@@ -23,6 +23,8 @@ CHAPTERS = claim_rates.chapters()
 UNMEASURED = {"06_sandwich", "07_normformer", "09_leaderboard"}
 # Claims measured below 95% and not restated since (a restated claim is measured again on fresh seed bases):
 # each fails as expected (xfail, strict) with its measured rate, until its wording follows the measurement.
+# Claims a chapter asserts only at the cpu and gpu scales (the ci model is too shallow for them): no ci rate.
+NOT_AT_CI = {"ch5-best-of-both": "DeepNet's 'best of both worlds' needs 24 blocks; ci's deepest is 8"}
 BELOW = set(json.loads((ROOT / "book" / "_data" / "claims-below-95.json").read_text())["claims"])
 
 
@@ -49,7 +51,7 @@ def check(chapter: str) -> None:
     )
     ids = claim_ids(chapter)
     assert len(ids) == len(set(ids)), f"{chapter} asserts a claim id twice"
-    rows = {cid: TABLE["claims"].get(cid) for cid in ids}
+    rows = {cid: TABLE["claims"].get(cid) for cid in ids if cid not in NOT_AT_CI}
     missing = [cid for cid, r in rows.items() if r is None]
     assert not missing, f"{chapter}: no recorded pass rate for {missing}"
     needed = bases_needed(chapter)
