@@ -209,7 +209,7 @@ def title_of(cell: nbformat.NotebookNode) -> str:
     """The folded cell's title: its first comment line, or what it does."""
     first = next((line for line in cell.source.splitlines() if line.strip()), "")
     if first.startswith("#"):
-        return first.lstrip("# ").strip()[:90]
+        return first.lstrip("# ").strip()[:90].rstrip()
     if "plt." in cell.source or "fig" in cell.source:
         return "Code that draws the figure (click to show)"
     return "Code (click to show)"
