@@ -9,4 +9,5 @@ def test_glue_prints_a_text_value_where_myst_nb_is_missing(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "myst_nb", None)  # importing it now raises ImportError
     plot.glue("ch0-example", "0.42")
-    assert capsys.readouterr().out == "[ch0-example] 0.42\n"
+    plot.glue("ch0-number", 0.5)
+    assert capsys.readouterr().out == "[ch0-example] 0.42\n[ch0-number] 0.5\n"

@@ -220,13 +220,13 @@ def draw_block(
 
 
 def glue(name: str, fig) -> None:
-    """Let the book's text show ``fig`` (myst-nb's glue: a figure or a text value). Where myst-nb is not
-    installed (Colab) a text value is printed as ``[name] value``, the line the Colab edition's text points
-    to (scripts/colab_edition.py); a figure is shown by the cell that draws it."""
+    """Let the book's text show ``fig`` (myst-nb's glue: a figure or a value). Where myst-nb is not
+    installed (Colab) a value, text or a number, is printed as ``[name] value``, the line the Colab
+    edition's text points to (scripts/colab_edition.py); a figure is shown by the cell that draws it."""
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
-        if isinstance(fig, str):
+        if not hasattr(fig, "savefig"):  # a value (text or a number), not a figure
             print(f"[{name}] {fig}")
         return
     myst_glue(name, fig, display=False)
