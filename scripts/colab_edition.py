@@ -313,17 +313,11 @@ blockquote{{border-left:4px solid #ccc;margin-left:0;padding-left:1em;color:#444
 
 
 def _mathjax() -> str:
-    import importlib.util
+    """The MathJax that sphinx-mathjax-offline ships (a data folder, not a module), or its CDN."""
+    import sysconfig
 
-    spec = importlib.util.find_spec("sphinx_mathjax_offline") or importlib.util.find_spec("sphinx-mathjax-offline")
-    for base in ([Path(p) for p in spec.submodule_search_locations] if spec else []) + [
-        Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-        / "sphinx-mathjax-offline"
-    ]:  # fmt: skip
-        js = base / "static" / "mathjax" / "tex-chtml.js"
-        if js.exists():
-            return js.as_uri()
-    return "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"
+    js = Path(sysconfig.get_paths()["purelib"]) / "sphinx-mathjax-offline" / "static" / "mathjax" / "tex-chtml.js"
+    return js.as_uri() if js.exists() else "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"
 
 
 def main() -> None:
