@@ -4,12 +4,18 @@ with NORMLAB_CLAIMS=record (a failing claim is recorded, not raised), then tabul
     python scripts/claim_rates.py run --bases 3000:5000:100 [--chapters 04_warmup ...] [--store DIR]
     python scripts/claim_rates.py table          # writes book/_data/claim-rates-ci.json
     python scripts/claim_rates.py status         # which chapters' records are of their current code
+    python scripts/claim_rates.py carry CHAPTER --check DIR   # older records whose code change is checked inert
 
 `run` is resumable: each (chapter, base) is one file in the store (default .claim-sweep/), written when
 that execution ends, and a rerun skips every file whose chapter code is the chapter's code now. Run it in
 the background, one process per core you can spare (`taskset -c 1 python ...` keeps it to one core: its
 sweeps then train in-process). `table` reads the store and keeps, per chapter, only executions of the
 chapter's current code (`code_fingerprint`), so a rate never describes code that has since changed.
+`carry` is the one exception, and it is measured: when the current code, executed at one of the older
+records' bases (`run --store DIR`), reproduces that record's every claim exactly (id, measured text,
+verdict, values), the change did not touch what the claims compute (a figure's layout, another scale's
+sizes), and the older records of that code are restamped with the current code and a `carried` note.
+Never use it after a claim's condition changed: an older verdict answers the older condition.
 """
 
 from __future__ import annotations
@@ -182,6 +188,8 @@ def table(args: argparse.Namespace) -> None:
                        }  # fmt: skip
     chapters_ = {ch: {"code": runs[0]["code"] if runs else None, "bases": [r["base"] for r in runs],
                       "python": sorted({r["python"] for r in runs}), "torch": sorted({r["torch"] for r in runs}),
+                      "carried": [json.loads(n) for n in sorted({json.dumps(r["carried"], sort_keys=True)
+                                                                 for r in runs if "carried" in r})],
                       "median_seconds": sorted(r["seconds"] for r in runs)[len(runs) // 2] if runs else None,
                       "min_seconds": min((r["seconds"] for r in runs), default=None)}
                  for ch, runs in records.items()}  # fmt: skip
@@ -201,6 +209,33 @@ def status(args: argparse.Namespace) -> None:
         print(f"{chapter:24s} {len(now):3d} bases of its current code, {len(records) - len(now)} of older code")
 
 
+def _claims_key(record: dict) -> list:
+    return sorted((c["id"], c["kind"], c["measured"], bool(c["holds"]), json.dumps(c["values"], sort_keys=True))
+                  for c in record["claims"])  # fmt: skip
+
+
+def carry(args: argparse.Namespace) -> None:
+    store, chapter = Path(args.store), args.chapter
+    code = code_fingerprint(chapter)
+    check = json.loads((Path(args.check) / chapter / f"{args.base}.json").read_text())
+    older = json.loads((store / chapter / f"{args.base}.json").read_text())
+    if check["code"] != code:
+        sys.exit(f"the check record is of code {check['code']}, not the chapter's current {code}")
+    if _claims_key(check) != _claims_key(older) or check["errors"] or older["errors"]:
+        sys.exit(f"base {args.base}: the current code's claims differ from code {older['code']}'s: not carried")
+    note = {"from_code": older["code"], "checked_at_base": args.base, "check_revision": check["revision"],
+            "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+    (store / chapter / f"{args.base}.json").write_text(json.dumps(check, indent=1))
+    carried = []
+    for path in sorted((store / chapter).glob("*.json")):
+        record = json.loads(path.read_text())
+        if record["code"] == older["code"]:
+            record.update(code=code, carried=note)
+            path.write_text(json.dumps(record, indent=1))
+            carried.append(record["base"])
+    print(f"{chapter}: base {args.base} reproduced claim for claim; carried bases {carried} from {older['code']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -211,8 +246,13 @@ def main() -> None:
     for q in (p, sub.add_parser("table", help="tabulate the pass rates"), sub.add_parser("status")):
         q.add_argument("--store", default=str(ROOT / ".claim-sweep"))
     sub.choices["table"].add_argument("--out", default=str(TABLE))
+    q = sub.add_parser("carry", help="restamp older records whose code change a check execution shows inert")
+    q.add_argument("chapter", choices=chapters())
+    q.add_argument("--check", required=True, help="a store holding the current code's execution at --base")
+    q.add_argument("--base", type=int, required=True, help="a base the older records hold too")
+    q.add_argument("--store", default=str(ROOT / ".claim-sweep"))
     args = parser.parse_args()
-    {"run": run, "table": table, "status": status}[args.command](args)
+    {"run": run, "table": table, "status": status, "carry": carry}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,32 @@ def test_the_chapters_not_yet_measured(chapter):
 def test_the_claims_measured_below_95_percent(claim):
     row = TABLE["claims"][claim]
     assert row["rate"] >= 0.95, f"{claim}: held at {row['held']} of {row['bases']} seed bases"
+
+
+def _record(code: str, base: int, measured: str) -> dict:
+    claim = {"id": "c", "statement": "s", "measured": measured, "holds": True, "kind": "finding", "values": [1.0]}
+    return {"chapter": "06_sandwich", "base": base, "code": code, "errors": [], "claims": [claim], "revision": "r"}
+
+
+def _carry(store: Path, check: Path, base: int) -> None:
+    import argparse
+
+    args = argparse.Namespace(store=str(store), check=str(check), chapter="06_sandwich", base=base)
+    claim_rates.carry(args)
+
+
+def test_older_records_are_carried_only_when_the_current_code_reproduces_one_exactly(tmp_path):
+    now = claim_rates.code_fingerprint("06_sandwich")
+    store, check = tmp_path / "store" / "06_sandwich", tmp_path / "check" / "06_sandwich"
+    store.mkdir(parents=True), check.mkdir(parents=True)
+    for base in (1, 2):
+        (store / f"{base}.json").write_text(json.dumps(_record("old", base, "0.50")))
+    (check / "1.json").write_text(json.dumps(_record(now, 1, "0.51")))  # one figure differs: not carried
+    with pytest.raises(SystemExit, match="differ"):
+        _carry(store.parent, check.parent, 1)
+    assert json.loads((store / "2.json").read_text())["code"] == "old"
+    (check / "1.json").write_text(json.dumps(_record(now, 1, "0.50")))
+    _carry(store.parent, check.parent, 1)
+    carried = json.loads((store / "2.json").read_text())
+    assert carried["code"] == now and carried["carried"]["from_code"] == "old"
+    assert carried["carried"]["checked_at_base"] == 1
