@@ -463,6 +463,13 @@ def _rates_summary(rates: dict[str, Any] | None) -> nodes.Node:
         "claim must hold at 95% of them or more, tested; those that do not yet are listed in "
         "book/_data/claims-below-95.json). At the book's own seeds it is the first column."
         + (f" Not measured yet: {', '.join(unmeasured)}." if unmeasured else "")
+        + "".join(
+            f" {ch}: the records of code {n['from_code']} count for its current code, because the current "
+            f"code executed at base {n['checked_at_base']} reproduced that base's record claim for claim "
+            "(scripts/claim_rates.py carry)."
+            for ch, row in rates["chapters"].items()
+            for n in row.get("carried", [])
+        )
     )
 
 

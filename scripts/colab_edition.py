@@ -37,11 +37,10 @@ BOOK = ROOT / "book"
 OUT = ROOT / "colab" / "book"  # the Colab button opens colab/book/<chapter>.ipynb (_config.yml path_to_book)
 GLUE = BOOK / "_data" / "glue-cpu.json"
 BOOK_URL = "https://normlab.github.io/normlab"  # the rendered book (GitHub Pages of the repository in _config.yml)
-HIDDEN = {"hide-input", "hide-cell", "remove-cell", "remove-input"}
-EVIDENCE = re.compile(r"^#{2,3} The evidence\b", re.M)
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from claim_rates import code_fingerprint  # noqa: E402
+from reading_stats import EVIDENCE, HIDDEN  # noqa: E402  (the lesson ends where the reading count ends)
 
 
 def chapters() -> list[str]:
