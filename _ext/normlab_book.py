@@ -576,6 +576,14 @@ def always_outdated(app: Sphinx, env: Any, added: set, changed: set, removed: se
     return [d for d in GENERATED if d in env.found_docs]
 
 
+def claim_role(name, rawtext, text, lineno, inliner, options=None, content=None):  # noqa: ANN001, ANN201
+    """{claim}`ch8-loss-degrades`: a superscript check mark after the sentence it backs, linked to that
+    claim's check in the chapter's evidence (its output carries the anchor claim-<id>, normlab.claims)."""
+    cid = text.strip()
+    ref = nodes.reference(rawtext, "✓", refuri=f"#claim-{cid}", reftitle=f"checked: claim {cid}")
+    return [nodes.superscript("", "", ref, classes=["normlab-claim"])], []
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     import reply_watch  # beside this file: _ext is on the path of a local extension
 
@@ -589,6 +597,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_node(path_placeholder)
     app.add_directive("normlab-path", PathDirective)
     app.add_directive("normlab-sources", SourcesDirective)
+    app.add_role("claim", claim_role)
     app.connect("config-inited", per_run_cache)
     app.connect("env-get-outdated", always_outdated)
     app.connect("doctree-read", check_figure_outputs)

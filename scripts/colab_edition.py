@@ -171,6 +171,8 @@ class Rewriter:
             return f"[{text}]({BOOK_URL}/book/{self.chapter}.html#{target})"
         if name == "math":
             return f"${body}$"
+        if name == "claim":  # the check mark, linked to the claim's check in the rendered book
+            return f"<sup>[✓]({BOOK_URL}/book/{self.chapter}.html#claim-{target.strip()})</sup>"
         raise ValueError(f"{self.chapter}: a MyST role the Colab edition does not know: {{{name}}}")
 
     def directive(self, m: re.Match) -> str:

@@ -60,6 +60,7 @@ def prose(markdown: str) -> str:
     text = re.sub(r"^\s*:\w+:.*$", " ", text, flags=re.M)  # directive options
     text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)  # display math
     text = re.sub(r"\$[^$\n]+\$", " X ", text)  # inline math reads as one word
+    text = re.sub(r"\{claim\}`[^`]*`", " ", text)  # a claim's check mark is not read
     text = re.sub(r"\{[\w:-]+\}`([^`<]*?)(?:\s*<[^>]*>)?`", r"\1", text)  # {role}`text <target>` -> text
     text = re.sub(r"`[^`]*`", " X ", text)  # inline code reads as one word
     text = re.sub(r"!\[([^\]]*)\]\([^)]*\)", " ", text)  # images (their alt text is not read)

@@ -108,3 +108,12 @@ def test_older_records_are_carried_only_when_the_current_code_reproduces_one_exa
     carried = json.loads((store / "2.json").read_text())
     assert carried["code"] == now and carried["carried"]["from_code"] == "old"
     assert carried["carried"]["checked_at_base"] == 1
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_check_mark_links_to_a_claim_the_chapter_asserts(chapter):
+    """{claim}`id` in the prose renders as a check mark linked to #claim-<id>, the anchor the claim's check
+    writes into this chapter's page: an id the chapter does not assert would link nowhere."""
+    nb = nbformat.read(ROOT / "book" / f"{chapter}.ipynb", as_version=4)
+    marks = re.findall(r"\{claim\}`([^`]+)`", "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"))
+    assert not sorted(set(marks) - set(claim_ids(chapter))), f"{chapter}: check marks of claims it does not assert"
