@@ -455,14 +455,23 @@ def _rates_summary(rates: dict[str, Any] | None) -> nodes.Node:
     pythons = sorted({p for ch in rates["chapters"].values() for p in ch["python"]})
     if not bases:
         return nodes.paragraph(text="No pass rates over seed bases have been measured for this build.")
-    unmeasured = [ch for ch, row in rates["chapters"].items() if not row["bases"]]
+    unmeasured = [
+        f"{ch} ({len(row['bases'])} of 10)" if row["bases"] else ch
+        for ch, row in rates["chapters"].items()
+        if len(row["bases"]) < 10
+    ]
     return nodes.paragraph(
         text="The last column is a claim's pass rate: at how many fresh seed bases it held (each chapter has its "
         f"own set, between {bases[0]} and {bases[-1]}, none of them used to choose the claim's wording), each "
         f"chapter executed whole at the ci scale on Python {' and '.join(pythons)} (scripts/claim_rates.py; a "
         "claim must hold at 95% of them or more, tested; those that do not yet are listed in "
         "book/_data/claims-below-95.json). At the book's own seeds it is the first column."
-        + (f" Not measured yet: {', '.join(unmeasured)}." if unmeasured else "")
+        + (
+            f" Not yet measured at ten seed bases of their current code (the rates shown are partial): "
+            f"{', '.join(unmeasured)}."
+            if unmeasured
+            else ""
+        )
         + "".join(
             f" {ch}: the records of code {n['from_code']} count for its current code, because the current "
             f"code executed at base {n['checked_at_base']} reproduced that base's record claim for claim "
