@@ -455,10 +455,10 @@ def _rates_summary(rates: dict[str, Any] | None) -> nodes.Node:
     pythons = sorted({p for ch in rates["chapters"].values() for p in ch["python"]})
     if not bases:
         return nodes.paragraph(text="No pass rates over seed bases have been measured for this build.")
-    unmeasured = [
-        f"{ch} ({len(row['bases'])} of 10)" if row["bases"] else ch
+    unmeasured = [  # the count each chapter needs is the table's (scripts/claim_rates.py bases_needed)
+        f"{ch} ({len(row['bases'])} of {row.get('bases_needed', 10)})" if row["bases"] else ch
         for ch, row in rates["chapters"].items()
-        if len(row["bases"]) < 10
+        if len(row["bases"]) < row.get("bases_needed", 10)
     ]
     return nodes.paragraph(
         text="The last column is a claim's pass rate: at how many fresh seed bases it held (each chapter has its "
@@ -467,7 +467,8 @@ def _rates_summary(rates: dict[str, Any] | None) -> nodes.Node:
         "claim must hold at 95% of them or more, tested; those that do not yet are listed in "
         "book/_data/claims-below-95.json). At the book's own seeds it is the first column."
         + (
-            f" Not yet measured at ten seed bases of their current code (the rates shown are partial): "
+            f" Not yet measured at the seed bases they need (10, or 20 for a chapter that executes in under "
+            f"two minutes) of their current code (the rates shown are partial): "
             f"{', '.join(unmeasured)}."
             if unmeasured
             else ""

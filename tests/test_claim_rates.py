@@ -37,11 +37,10 @@ def claim_ids(chapter: str) -> list[str]:
 
 
 def bases_needed(chapter: str) -> int:
-    """20 seed bases for a chapter that executes in under two minutes at a fresh seed base, 10 for the others
-    (at a fresh base a chapter trains its stored boards' sweeps again). Its fastest recorded execution is the
-    measure: the sweeps shared the machine, and the slower ones waited for it."""
-    seconds = TABLE["chapters"][chapter]["min_seconds"] or float("inf")
-    return 20 if seconds < claim_rates.CHEAP_SECONDS else 10
+    """The table's own count for the chapter (scripts/claim_rates.py's rule), checked against the rule."""
+    row = TABLE["chapters"][chapter]
+    assert row["bases_needed"] == claim_rates.bases_needed(row["min_seconds"]), "table older than the rule: run table"
+    return row["bases_needed"]
 
 
 def check(chapter: str) -> None:
