@@ -456,9 +456,9 @@ def _rates_summary(rates: dict[str, Any] | None) -> nodes.Node:
     if not bases:
         return nodes.paragraph(text="No pass rates over seed bases have been measured for this build.")
     unmeasured = [  # the count each chapter needs is the table's (scripts/claim_rates.py bases_needed)
-        f"{ch} ({len(row['bases'])} of {row.get('bases_needed', 10)})" if row["bases"] else ch
+        f"{ch} ({len(row['bases'])} of {row['bases_needed']})" if row["bases"] else ch
         for ch, row in rates["chapters"].items()
-        if len(row["bases"]) < row.get("bases_needed", 10)
+        if len(row["bases"]) < row["bases_needed"]
     ]
     return nodes.paragraph(
         text="The last column is a claim's pass rate: at how many fresh seed bases it held (each chapter has its "
