@@ -9,10 +9,11 @@ with NORMLAB_CLAIMS=record (a failing claim is recorded, not raised), then tabul
 `run` is resumable: each (chapter, base) is one file in the store (default .claim-sweep/), written when
 that execution ends, and a rerun skips every file whose chapter code is the chapter's code now. Run it in
 the background, one process per core you can spare (`taskset -c 1 python ...` keeps it to one core: its
-sweeps then train in-process). A chapter 9 base takes half an hour; with `NORMLAB_STORE=DIR` in the
-environment its sweeps keep each finished run there (keyed by seed, config and code), so a base cut off by a
-timeout or the end of a session resumes from its finished runs instead of starting over. `table` reads the store and keeps, per chapter, only executions of the
-chapter's current code (`code_fingerprint`), so a rate never describes code that has since changed.
+sweeps then train in-process). A chapter 9 base takes 15-30 minutes; with `NORMLAB_STORE=DIR` in the
+environment its sweeps keep each finished run there (keyed by seed, config and code), so a base cut off by
+a timeout or the end of a session resumes from its finished runs instead of starting over. `table` reads
+the store and keeps, per chapter, only executions of the chapter's current code (`code_fingerprint`), so a
+rate never describes code that has since changed.
 `carry` is the one exception, and it is measured: when the current code, executed at one of the older
 records' bases (`run --store DIR`), reproduces that record's every claim exactly (id, measured text,
 verdict, values), the change did not touch what the claims compute (a figure's layout, another scale's
