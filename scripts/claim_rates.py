@@ -237,6 +237,9 @@ def carry(args: argparse.Namespace) -> None:
         sys.exit(f"base {args.base}: the current code's claims differ from code {older['code']}'s: not carried")
     note = {"from_code": older["code"], "checked_at_base": args.base, "check_revision": check["revision"],
             "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+    # The older record's time stays: it is that base's fresh execution, which the rule of bases_needed reads;
+    # the check may have loaded its training runs from NORMLAB_STORE (the same key: the same runs).
+    check.update(seconds=older["seconds"], check_seconds=check["seconds"])
     (store / chapter / f"{args.base}.json").write_text(json.dumps(check, indent=1))
     carried = []
     for path in sorted((store / chapter).glob("*.json")):

@@ -84,7 +84,15 @@ def test_the_claims_measured_below_95_percent(claim):
 
 def _record(code: str, base: int, measured: str) -> dict:
     claim = {"id": "c", "statement": "s", "measured": measured, "holds": True, "kind": "finding", "values": [1.0]}
-    return {"chapter": "06_sandwich", "base": base, "code": code, "errors": [], "claims": [claim], "revision": "r"}
+    return {
+        "chapter": "06_sandwich",
+        "base": base,
+        "code": code,
+        "errors": [],
+        "claims": [claim],
+        "revision": "r",
+        "seconds": 300.0 if code == "old" else 20.0,
+    }
 
 
 def _carry(store: Path, check: Path, base: int) -> None:
@@ -109,6 +117,8 @@ def test_older_records_are_carried_only_when_the_current_code_reproduces_one_exa
     carried = json.loads((store / "2.json").read_text())
     assert carried["code"] == now and carried["carried"]["from_code"] == "old"
     assert carried["carried"]["checked_at_base"] == 1
+    checked = json.loads((store / "1.json").read_text())  # a fresh base's time, not the check's (a run store's)
+    assert checked["seconds"] == 300.0 and checked["check_seconds"] == 20.0
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
