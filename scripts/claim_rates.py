@@ -96,6 +96,9 @@ def execute(chapter: str, base: int, timeout: int) -> dict:
     os.environ.update(NORMLAB_SCALE="ci", NORMLAB_SEED_BASE=str(base), NORMLAB_CLAIMS="record")
     nb = nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4)
     code = fingerprint_of(nb)  # of the copy executed (the file may change while it runs)
+    # A last cell, after the fingerprint: how many runs came from a run store (NORMLAB_STORE), so a resumed
+    # execution's time is not read as a fresh one's (bases_needed).
+    nb.cells.append(nbformat.v4.new_code_cell("import normlab.sweep\nprint(normlab.sweep.runs_from_store)"))
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(BOOK)}})  # fmt: skip
@@ -104,6 +107,9 @@ def execute(chapter: str, base: int, timeout: int) -> dict:
         client.execute()
     except Exception as error:  # a timeout or a dead kernel: record what ran
         failure = f"{type(error).__name__}: {str(error)[:300]}"
+    last = [o for o in nb.cells[-1].get("outputs", []) if o.get("name") == "stdout"]
+    from_store = int(last[0]["text"].split()[-1]) if last else None
+    nb.cells.pop()
     claims, errors = [], []
     for index, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
         for out in cell.get("outputs", []):
@@ -116,14 +122,16 @@ def execute(chapter: str, base: int, timeout: int) -> dict:
 
     return {"chapter": chapter, "base": base, "scale": "ci", "code": code,
             "seconds": round(time.perf_counter() - start, 1), "failure": failure, "errors": errors,
-            "claims": claims, "python": platform.python_version(), "torch": torch.__version__,
+            "runs_from_store": from_store, "claims": claims, "python": platform.python_version(),
+            "torch": torch.__version__,
             "revision": _revision(), "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
 
 
 def bases_needed(min_seconds: float | None) -> int:
     """The rule of issue 45: 20 seed bases for a chapter that executes in under two minutes at a fresh seed
     base, 10 for the others (at a fresh base a chapter trains its stored boards' sweeps again). Its fastest
-    recorded execution is the measure: the sweeps shared the machine, and the slower ones waited for it."""
+    recorded execution is the measure: the sweeps shared the machine, and the slower ones waited for it. An
+    execution that took runs from a run store (`runs_from_store` above 0) timed a replay, so it is not read."""
     return 20 if (min_seconds or float("inf")) < CHEAP_SECONDS else 10
 
 
@@ -201,7 +209,8 @@ def table(args: argparse.Namespace) -> None:
                       "carried": [json.loads(n) for n in sorted({json.dumps(r["carried"], sort_keys=True)
                                                                  for r in runs if "carried" in r})],
                       "median_seconds": sorted(r["seconds"] for r in runs)[len(runs) // 2] if runs else None,
-                      "min_seconds": min((r["seconds"] for r in runs), default=None)}
+                      "min_seconds": min((r["seconds"] for r in runs if not r.get("runs_from_store")),
+                                         default=None)}
                  for ch, runs in records.items()}  # fmt: skip
     for row in chapters_.values():
         row["bases_needed"] = bases_needed(row["min_seconds"])

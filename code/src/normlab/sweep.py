@@ -199,6 +199,9 @@ def _adamw_kernel(device: torch.device) -> str:
 
 
 _KERNELS: dict[str, str] = {}
+# How many runs this process has taken from a run store instead of training them: the claim-rate
+# sweep (scripts/claim_rates.py) reads it, because an execution that resumed runs does not time a fresh one.
+runs_from_store = 0
 
 
 def _device_key(device: torch.device) -> str:
@@ -322,6 +325,8 @@ def run_many(
             except Exception as error:  # truncated, empty, or not a run file: retrain it
                 set_aside(paths[i], f"{type(error).__name__}: {error}")
     todo = [i for i, r in enumerate(results) if r is None]
+    global runs_from_store
+    runs_from_store += len(jobs) - len(todo)
     where = (
         f"{type(executor).__name__}" if executor is not None
         else "this process" if in_process or len(todo) <= 1
