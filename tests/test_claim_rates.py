@@ -19,10 +19,10 @@ TABLE = json.loads(claim_rates.TABLE.read_text())
 CHAPTERS = claim_rates.chapters()
 # Chapters whose sweep at their current code is not complete (fewer seed bases than bases_needed): each
 # restatement of a claim changes its chapter's code and starts its count again at fresh bases, and at a fresh
-# base chapter 9 retrains its ci boards (about 15 minutes on this machine's two cores). None on 2026-12-06:
-# chapter 7, restated that day, was measured again at 10 fresh bases (30000-30900).
+# base chapter 9 retrains its ci boards (about 15 minutes on this machine's two cores). On 2026-12-07:
+# chapter 9, whose ch9-qk-norm was restated after it failed at the unrecorded base 31200 (sweep 32000-32900).
 # Listed here, they fail as expected (xfail, strict): completing a sweep turns this list into an error.
-INCOMPLETE: set[str] = set()
+INCOMPLETE: set[str] = {"09_leaderboard"}
 # Claims measured below 95% and not restated since (a restated claim is measured again on fresh seed bases):
 # each fails as expected (xfail, strict) with its measured rate, until its wording follows the measurement.
 # Claims a chapter asserts only at the cpu and gpu scales (the ci model is too shallow for them): no ci rate.
